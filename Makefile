@@ -1,0 +1,34 @@
+# The two commands of the README, with their set-up:
+#   make demo   set up, build, and train the DDP example on 2 ranks over `mojo`
+#   make test   set up, build, and run the test suite
+# A second run reuses the environment and the build.
+
+VENV := .venv
+BIN := $(VENV)/bin
+NPROC ?= 2
+SOURCES := $(shell find cpp kernels -type f) CMakeLists.txt pyproject.toml
+
+.PHONY: demo test build setup clean
+
+demo: build
+	$(BIN)/torchrun --standalone --nproc-per-node=$(NPROC) examples/train_ddp.py
+
+test: build
+	$(BIN)/python -m pytest tests
+
+build: $(VENV)/.built
+
+setup: $(VENV)/.ready
+
+$(VENV)/.ready: scripts/setup-env.sh requirements-dev.txt
+	scripts/setup-env.sh
+	touch $@
+
+# Editable install: Python files are used from python/, the compiled parts
+# are rebuilt here when a C++ or Mojo source changes.
+$(VENV)/.built: $(VENV)/.ready $(SOURCES)
+	$(BIN)/python -m pip install --quiet --no-build-isolation --no-deps -e .
+	touch $@
+
+clean:
+	rm -rf build $(VENV)/.built

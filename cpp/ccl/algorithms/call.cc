@@ -1,0 +1,48 @@
+#include "call.h"
+
+#include "../datatypes.h"
+
+namespace mojoccl {
+
+static const char* kindName(uint32_t kind) {
+  switch (static_cast<CallKind>(kind)) {
+    case CallKind::AllReduce: return "ncclAllReduce";
+    case CallKind::Broadcast: return "ncclBroadcast";
+    case CallKind::AllGather: return "ncclAllGather";
+    case CallKind::ReduceScatter: return "ncclReduceScatter";
+  }
+  return "an unknown collective";
+}
+
+static bool reduces(uint32_t kind) {
+  return kind == static_cast<uint32_t>(CallKind::AllReduce) ||
+         kind == static_cast<uint32_t>(CallKind::ReduceScatter);
+}
+
+CallSignature CallSignature::of(const Call& call) {
+  CallSignature signature{};
+  signature.kind = static_cast<uint32_t>(call.kind);
+  signature.datatype = call.datatype;
+  signature.op = reduces(signature.kind) ? call.op : 0;
+  signature.root = call.kind == CallKind::Broadcast ? call.root : 0;
+  signature.count = call.count;
+  signature.sequence = call.sequence;
+  return signature;
+}
+
+bool CallSignature::sameCollective(const CallSignature& other) const {
+  return kind == other.kind && datatype == other.datatype && op == other.op &&
+         root == other.root && count == other.count;
+}
+
+std::string CallSignature::describe() const {
+  std::string text = std::string(kindName(kind)) + "(count=" + std::to_string(count) + ", " +
+                     datatypeName(static_cast<ncclDataType_t>(datatype));
+  if (reduces(kind)) text += std::string(", ") + redOpName(static_cast<ncclRedOp_t>(op));
+  if (kind == static_cast<uint32_t>(CallKind::Broadcast)) text += ", root=" + std::to_string(root);
+  return text + ")";
+}
+
+std::string Call::describe() const { return CallSignature::of(*this).describe(); }
+
+}  // namespace mojoccl

@@ -1,0 +1,44 @@
+// A collective call as the caller described it. Every rank of a collective
+// shares its call with the others at each step, and a step only proceeds
+// when all of them describe the same call.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "mojoccl/nccl.h"
+
+namespace mojoccl {
+
+enum class CallKind : uint32_t { AllReduce = 1, Broadcast, AllGather, ReduceScatter };
+
+struct Call {
+  CallKind kind;
+  const void* send;
+  void* recv;
+  size_t count;  // AllGather: elements each rank sends; ReduceScatter: each rank receives
+  ncclDataType_t datatype;
+  ncclRedOp_t op;  // reductions only
+  int root;        // Broadcast only
+  uint64_t sequence;
+
+  // "ncclAllReduce(count=4, float32, sum)"
+  std::string describe() const;
+};
+
+// What ranks compare: the call without its buffers.
+struct CallSignature {
+  uint32_t kind;
+  uint32_t datatype;
+  uint32_t op;
+  int32_t root;
+  uint64_t count;
+  uint64_t sequence;
+
+  static CallSignature of(const Call& call);
+  bool sameCollective(const CallSignature& other) const;
+  std::string describe() const;
+};
+
+}  // namespace mojoccl

@@ -1,0 +1,48 @@
+#include "step.h"
+
+#include <cstring>
+
+#include "../error.h"
+
+namespace mojoccl {
+
+static_assert(sizeof(CallSignature) <= kNoteBytes, "a call signature must fit in a note");
+
+Step::Step(ShmTransport& shm, uint32_t& roundCounter, const Call& call)
+    : shm_(shm), call_(call), round_(++roundCounter) {
+  // The slot of round r was last used by round r - 2.
+  shm_.awaitAll(Stage::Done, round_ - 2);
+}
+
+Step::~Step() { shm_.publish(Stage::Done, round_); }
+
+void Step::share() {
+  CallSignature signature = CallSignature::of(call_);
+  std::memcpy(shm_.note(shm_.self(), round_), &signature, sizeof(signature));
+  shm_.publish(Stage::Posted, round_);
+  shm_.awaitAll(Stage::Posted, round_);
+  checkAgreement();
+}
+
+void Step::checkAgreement() const {
+  // Every rank compares every signature with the lowest rank's, so all of
+  // them find the same disagreement and report it in the same words.
+  CallSignature first{};
+  std::memcpy(&first, shm_.note(0, round_), sizeof(first));
+  for (int peer = 1; peer < shm_.size(); ++peer) {
+    CallSignature other{};
+    std::memcpy(&other, shm_.note(peer, round_), sizeof(other));
+    if (other.sameCollective(first)) continue;
+    std::string where = other.sequence == first.sequence
+                            ? "call #" + std::to_string(first.sequence)
+                            : "calls #" + std::to_string(other.sequence) + " and #" +
+                                  std::to_string(first.sequence);
+    throw MismatchError("collective mismatch at " + where + ": rank " +
+                        std::to_string(shm_.commRank(peer)) + " called " + other.describe() +
+                        ", rank " + std::to_string(shm_.commRank(0)) + " called " +
+                        first.describe() +
+                        "; every rank must issue the same collectives in the same order");
+  }
+}
+
+}  // namespace mojoccl

@@ -1,0 +1,39 @@
+// One step ("round") of a direct algorithm over the shared-memory transport.
+//
+// A step claims the next round, whose slot is free once every rank has
+// finished the round that used it before. share() publishes this rank's
+// slot together with its call signature and returns when every peer has
+// done the same for the same call; a mismatch throws on every rank alike.
+// The destructor publishes Done, which frees the slot for reuse.
+#pragma once
+
+#include <cstdint>
+
+#include "../transports/shm.h"
+#include "call.h"
+
+namespace mojoccl {
+
+class Step {
+ public:
+  Step(ShmTransport& shm, uint32_t& roundCounter, const Call& call);
+  ~Step();
+  Step(const Step&) = delete;
+  Step& operator=(const Step&) = delete;
+
+  char* mine() const { return shm_.slot(shm_.self(), round_); }
+  const char* of(int peer) const { return shm_.slot(peer, round_); }
+
+  void share();
+  void publishReduced() { shm_.publish(Stage::Reduced, round_); }
+  void awaitReduced() const { shm_.awaitAll(Stage::Reduced, round_); }
+
+ private:
+  void checkAgreement() const;
+
+  ShmTransport& shm_;
+  const Call& call_;
+  uint32_t round_;
+};
+
+}  // namespace mojoccl

@@ -1,0 +1,196 @@
+// The C API: NCCL's entry points, each a thin shell around Comm that turns
+// exceptions into ncclResult_t codes and ncclGetLastError() text.
+#include <chrono>
+#include <functional>
+#include <new>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bootstrap.h"
+#include "comm.h"
+#include "error.h"
+#include "mojoccl/nccl.h"
+
+#define MOJOCCL_API extern "C" __attribute__((visibility("default")))
+
+using mojoccl::Comm;
+using mojoccl::Error;
+
+struct ncclComm {
+  Comm impl;
+  ncclComm(const ncclUniqueId& id, int nranks, int rank) : impl(id, nranks, rank) {}
+};
+
+namespace {
+
+thread_local std::string lastError;
+
+// Calls queued between ncclGroupStart and ncclGroupEnd on this thread.
+thread_local int groupDepth = 0;
+thread_local std::vector<std::function<void()>> groupCalls;
+
+template <typename Body>
+ncclResult_t guarded(Body body) {
+  try {
+    body();
+    return ncclSuccess;
+  } catch (const Error& error) {
+    lastError = error.what();
+    return error.code();
+  } catch (const std::bad_alloc&) {
+    lastError = "out of host memory";
+    return ncclSystemError;
+  } catch (const std::exception& error) {
+    lastError = error.what();
+    return ncclInternalError;
+  }
+}
+
+// Counts the call as active on `comm`, so that ncclCommAbort can wait for it.
+class ActiveCall {
+ public:
+  explicit ActiveCall(Comm& comm) : comm_(comm) { comm_.activeCalls.fetch_add(1); }
+  ~ActiveCall() { comm_.activeCalls.fetch_sub(1); }
+
+ private:
+  Comm& comm_;
+};
+
+ncclResult_t collective(ncclComm_t comm, std::function<void(Comm&)> body) {
+  if (comm == nullptr) {
+    lastError = "comm is NULL";
+    return ncclInvalidArgument;
+  }
+  auto run = [comm, body] {
+    ActiveCall active(comm->impl);
+    body(comm->impl);
+  };
+  if (groupDepth > 0) {
+    groupCalls.push_back(run);
+    return ncclSuccess;
+  }
+  return guarded(run);
+}
+
+}  // namespace
+
+MOJOCCL_API ncclResult_t ncclGetVersion(int* version) {
+  if (version == nullptr) return ncclInvalidArgument;
+  *version = MOJOCCL_VERSION_CODE;
+  return ncclSuccess;
+}
+
+MOJOCCL_API ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
+  if (uniqueId == nullptr) return ncclInvalidArgument;
+  return guarded([&] { *uniqueId = mojoccl::createUniqueId(); });
+}
+
+MOJOCCL_API ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
+                                          int rank) {
+  if (comm == nullptr) return ncclInvalidArgument;
+  *comm = nullptr;
+  return guarded([&] { *comm = new ncclComm(commId, nranks, rank); });
+}
+
+MOJOCCL_API ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  delete comm;
+  return ncclSuccess;
+}
+
+MOJOCCL_API ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  if (comm == nullptr) return ncclSuccess;
+  comm->impl.abort();
+  // Waits poll the abort flag at least every 50 ms; let calls in progress
+  // leave before their transports go away.
+  auto giveUp = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (comm->impl.activeCalls.load() > 0 && std::chrono::steady_clock::now() < giveUp)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (comm->impl.activeCalls.load() == 0) comm->impl.releaseTransports();
+  // The small comm object itself stays: abort usually comes from another
+  // thread than the one issuing calls, and a late call must find "aborted",
+  // not freed memory.
+  return ncclSuccess;
+}
+
+MOJOCCL_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  if (comm == nullptr || asyncError == nullptr) return ncclInvalidArgument;
+  *asyncError = comm->impl.asyncError();
+  return ncclSuccess;
+}
+
+MOJOCCL_API const char* ncclGetErrorString(ncclResult_t result) {
+  switch (result) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled device error";
+    case ncclSystemError: return "unhandled system error (run out of memory, a failed system call, ...)";
+    case ncclInternalError: return "internal error - please report this issue to the torch-mojo developers";
+    case ncclInvalidArgument: return "invalid argument";
+    case ncclInvalidUsage: return "invalid usage (run with the error text from ncclGetLastError for details)";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "operation in progress";
+    default: return "unknown result code";
+  }
+}
+
+MOJOCCL_API const char* ncclGetLastError(ncclComm_t /*comm: NCCL ignores it too*/) {
+  return lastError.c_str();
+}
+
+MOJOCCL_API ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+  if (comm == nullptr || count == nullptr) return ncclInvalidArgument;
+  *count = comm->impl.size();
+  return ncclSuccess;
+}
+
+MOJOCCL_API ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
+  if (comm == nullptr || rank == nullptr) return ncclInvalidArgument;
+  *rank = comm->impl.rank();
+  return ncclSuccess;
+}
+
+MOJOCCL_API ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                       ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                       ncclStream_t /*stream: host memory, run now*/) {
+  return collective(comm, [=](Comm& c) { c.allReduce(sendbuff, recvbuff, count, datatype, op); });
+}
+
+MOJOCCL_API ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                       ncclDataType_t datatype, int root, ncclComm_t comm,
+                                       ncclStream_t /*stream*/) {
+  return collective(comm, [=](Comm& c) { c.broadcast(sendbuff, recvbuff, count, datatype, root); });
+}
+
+MOJOCCL_API ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                       ncclDataType_t datatype, ncclComm_t comm,
+                                       ncclStream_t /*stream*/) {
+  return collective(comm, [=](Comm& c) { c.allGather(sendbuff, recvbuff, sendcount, datatype); });
+}
+
+MOJOCCL_API ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                           ncclDataType_t datatype, ncclRedOp_t op,
+                                           ncclComm_t comm, ncclStream_t /*stream*/) {
+  return collective(comm, [=](Comm& c) {
+    c.reduceScatter(sendbuff, recvbuff, recvcount, datatype, op);
+  });
+}
+
+MOJOCCL_API ncclResult_t ncclGroupStart(void) {
+  ++groupDepth;
+  return ncclSuccess;
+}
+
+MOJOCCL_API ncclResult_t ncclGroupEnd(void) {
+  if (groupDepth == 0) {
+    lastError = "ncclGroupEnd without a matching ncclGroupStart";
+    return ncclInvalidUsage;
+  }
+  if (--groupDepth > 0) return ncclSuccess;
+  std::vector<std::function<void()>> calls;
+  calls.swap(groupCalls);
+  // In issue order; the first failure ends the group, as the calls after it
+  // would wait on ranks that have stopped.
+  return guarded([&] {
+    for (auto& call : calls) call();
+  });
+}

@@ -1,0 +1,285 @@
+#include "bootstrap.h"
+
+#include <netinet/in.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <thread>
+
+#include "env.h"
+#include "error.h"
+
+namespace mojoccl {
+namespace {
+
+constexpr uint64_t kMagic = 0x4c43434f4a4f4d31ull;  // "MOJOCCL1"
+
+// What a unique id holds. It fits in NCCL's 128 bytes.
+struct IdContents {
+  uint64_t magic;
+  uint64_t secret;
+  uint32_t addressLength;
+  char address[sizeof(sockaddr_in6)];
+};
+static_assert(sizeof(IdContents) <= NCCL_UNIQUE_ID_BYTES, "unique id too large");
+
+struct Hello {
+  uint64_t magic;
+  uint64_t secret;
+  int32_t nranks;
+  RankInfo info;
+};
+
+// Every reply from the root starts with this; a non-zero status carries a
+// message of `bytes` characters instead of data.
+struct Reply {
+  int32_t status;
+  uint64_t bytes;
+};
+
+int64_t bootstrapTimeoutSeconds() {
+  return envInt("MOJOCCL_BOOTSTRAP_TIMEOUT_S", 120, 1, 86400);
+}
+
+void sendReply(Socket& sock, int32_t status, const void* data, uint64_t bytes, Deadline deadline) {
+  Reply reply{status, bytes};
+  sock.sendAll(&reply, sizeof(reply), deadline);
+  if (bytes > 0) sock.sendAll(data, bytes, deadline);
+}
+
+void sendErrorToAll(std::vector<Socket>& peers, const std::string& message) {
+  Deadline soon = Clock::now() + std::chrono::seconds(5);
+  for (auto& peer : peers) {
+    if (!peer.valid()) continue;
+    try {
+      sendReply(peer, 1, message.data(), message.size(), soon);
+    } catch (const Error&) {
+      // That rank is gone already; the others still get the message.
+    }
+  }
+}
+
+std::string rankList(const std::vector<int>& ranks) {
+  std::string text;
+  for (int rank : ranks) text += (text.empty() ? "" : ", ") + std::to_string(rank);
+  return text;
+}
+
+// The root: gathers every rank's hello, hands out the table, then serves
+// all-gathers until every rank disconnects.
+class Root {
+ public:
+  Root(Socket listener, uint64_t secret, int64_t timeoutSeconds)
+      : listener_(std::move(listener)), secret_(secret), timeout_(timeoutSeconds) {}
+
+  void run() {
+    try {
+      if (!gatherHellos()) return;
+      listener_.close();
+      serveAllGathers();
+    } catch (const Error& error) {
+      sendErrorToAll(peers_, std::string("bootstrap root: ") + error.what());
+    }
+  }
+
+ private:
+  bool gatherHellos() {
+    Deadline deadline = Clock::now() + std::chrono::seconds(timeout_);
+    int nranks = -1;
+    int joined = 0;
+    while (nranks < 0 || joined < nranks) {
+      Socket peer = listener_.accept(deadline);
+      if (!peer.valid()) {
+        reportMissing(nranks);
+        return false;
+      }
+      Hello hello{};
+      try {
+        if (!peer.recvAll(&hello, sizeof(hello), Clock::now() + std::chrono::seconds(10))) continue;
+      } catch (const Error&) {
+        continue;  // a stray or slow connection: not one of ours
+      }
+      if (hello.magic != kMagic || hello.secret != secret_) continue;  // wrong id: ignore
+      std::string problem = checkHello(hello, nranks);
+      if (!problem.empty()) {
+        peers_.push_back(std::move(peer));
+        sendErrorToAll(peers_, problem);
+        return false;
+      }
+      if (nranks < 0) {
+        nranks = hello.nranks;
+        peers_.resize(nranks);
+        table_.resize(nranks);
+      }
+      table_[hello.info.rank] = hello.info;
+      peers_[hello.info.rank] = std::move(peer);
+      ++joined;
+    }
+    Deadline sendBy = Clock::now() + std::chrono::seconds(timeout_);
+    for (auto& peer : peers_)
+      sendReply(peer, 0, table_.data(), table_.size() * sizeof(RankInfo), sendBy);
+    return true;
+  }
+
+  std::string checkHello(const Hello& hello, int nranks) {
+    const int rank = hello.info.rank;
+    if (nranks >= 0 && hello.nranks != nranks)
+      return "rank " + std::to_string(rank) + " was started for " +
+             std::to_string(hello.nranks) + " ranks, others for " + std::to_string(nranks) +
+             ": every rank must pass the same nranks";
+    int size = nranks >= 0 ? nranks : hello.nranks;
+    if (rank < 0 || rank >= size) return "rank " + std::to_string(rank) + " is out of range";
+    if (nranks >= 0 && peers_[rank].valid())
+      return "two processes both joined as rank " + std::to_string(rank) +
+             ": every rank must pass a different rank";
+    return "";
+  }
+
+  void reportMissing(int nranks) {
+    std::vector<int> missing;
+    for (int rank = 0; rank < nranks; ++rank)
+      if (!peers_[rank].valid()) missing.push_back(rank);
+    std::string who = nranks < 0 ? "no rank" : "rank(s) " + rankList(missing) + " of " +
+                                                   std::to_string(nranks);
+    sendErrorToAll(peers_, who + " did not join the communicator within " +
+                               std::to_string(timeout_) +
+                               " s (MOJOCCL_BOOTSTRAP_TIMEOUT_S); check that every rank "
+                               "reaches ncclCommInitRank with the same unique id");
+  }
+
+  void serveAllGathers() {
+    const int nranks = static_cast<int>(peers_.size());
+    while (true) {
+      Deadline deadline = Clock::now() + std::chrono::seconds(timeout_);
+      std::vector<char> gathered;
+      uint64_t size = 0;
+      int closed = 0;
+      for (int rank = 0; rank < nranks; ++rank) {
+        uint64_t bytes = 0;
+        if (!peers_[rank].recvAll(&bytes, sizeof(bytes), deadline)) {
+          peers_[rank].close();
+          ++closed;
+          continue;
+        }
+        if (rank - closed == 0) size = bytes;
+        if (bytes != size) fail(ncclInternalError, "ranks sent all-gathers of different sizes");
+        size_t offset = gathered.size();
+        gathered.resize(offset + bytes);
+        peers_[rank].recvAll(gathered.data() + offset, bytes, deadline);
+      }
+      if (closed == nranks) return;  // set-up finished everywhere
+      if (closed > 0)
+        fail(ncclRemoteError, std::to_string(closed) +
+                                  " rank(s) left the communicator set-up while others were "
+                                  "still in it (a rank failed or exited)");
+      for (auto& peer : peers_) sendReply(peer, 0, gathered.data(), gathered.size(), deadline);
+    }
+  }
+
+  Socket listener_;
+  uint64_t secret_;
+  int64_t timeout_;
+  std::vector<Socket> peers_;
+  std::vector<RankInfo> table_;
+};
+
+uint64_t hashString(const std::string& text) {
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
+  return hash;
+}
+
+// Reads one reply; throws the root's message when it reports a failure.
+std::vector<char> readReply(Socket& sock, Deadline deadline) {
+  Reply reply{};
+  if (!sock.recvAll(&reply, sizeof(reply), deadline))
+    fail(ncclRemoteError, "the bootstrap root closed the connection (the process that "
+                          "called ncclGetUniqueId exited or failed)");
+  std::vector<char> data(reply.bytes);
+  if (reply.bytes > 0) sock.recvAll(data.data(), reply.bytes, deadline);
+  if (reply.status != 0) fail(ncclInvalidUsage, std::string(data.begin(), data.end()));
+  return data;
+}
+
+}  // namespace
+
+ncclUniqueId createUniqueId() {
+  SocketAddress address = chooseBootstrapAddress();
+  Socket listener = Socket::listenOn(address);
+  IdContents contents{};
+  contents.magic = kMagic;
+  if (getrandom(&contents.secret, sizeof(contents.secret), 0) != sizeof(contents.secret))
+    failSystem("getrandom");
+  contents.addressLength = address.length;
+  memcpy(contents.address, &address.storage, address.length);
+
+  auto root = std::make_shared<Root>(std::move(listener), contents.secret, bootstrapTimeoutSeconds());
+  std::thread([root] { root->run(); }).detach();
+
+  ncclUniqueId id{};
+  memcpy(id.internal, &contents, sizeof(contents));
+  return id;
+}
+
+RankInfo describeThisRank(int rank) {
+  RankInfo info{};
+  info.rank = rank;
+  info.pid = getpid();
+  gethostname(info.hostname, sizeof(info.hostname) - 1);
+  std::string hostId = envString("MOJOCCL_HOSTID");
+  if (hostId.empty()) {
+    std::string bootId;
+    std::ifstream("/proc/sys/kernel/random/boot_id") >> bootId;
+    hostId = std::string(info.hostname) + "/" + bootId;
+  }
+  info.hostHash = hashString(hostId);
+  return info;
+}
+
+Bootstrap::Bootstrap(const ncclUniqueId& id, const RankInfo& mine, int nranks, Deadline deadline)
+    : deadline_(deadline), rank_(mine.rank) {
+  IdContents contents{};
+  memcpy(&contents, id.internal, sizeof(contents));
+  if (contents.magic != kMagic || contents.addressLength == 0 ||
+      contents.addressLength > sizeof(contents.address))
+    fail(ncclInvalidArgument, "the unique id was not made by libmojoccl's ncclGetUniqueId "
+                              "(is every rank loading the same collective library?)");
+  SocketAddress root;
+  root.length = contents.addressLength;
+  memcpy(&root.storage, contents.address, contents.addressLength);
+
+  socket_ = Socket::connectTo(root, deadline);
+  Hello hello{kMagic, contents.secret, nranks, mine};
+  socket_.sendAll(&hello, sizeof(hello), deadline);
+  std::vector<char> table = readReply(socket_, deadline);
+  if (table.size() != nranks * sizeof(RankInfo))
+    fail(ncclInternalError, "bootstrap root sent a rank table of the wrong size");
+  ranks_.resize(nranks);
+  memcpy(ranks_.data(), table.data(), table.size());
+}
+
+std::vector<char> Bootstrap::allGather(const void* mine, size_t bytes) {
+  uint64_t size = bytes;
+  socket_.sendAll(&size, sizeof(size), deadline_);
+  socket_.sendAll(mine, bytes, deadline_);
+  std::vector<char> all = readReply(socket_, deadline_);
+  if (all.size() != bytes * ranks_.size())
+    fail(ncclInternalError, "bootstrap all-gather returned the wrong size");
+  return all;
+}
+
+void Bootstrap::agreeOnSuccess(bool ok, const std::string& failure) {
+  char message[512] = {};
+  if (!ok) snprintf(message, sizeof(message), "rank %d: %s", rank_, failure.c_str());
+  std::vector<char> all = allGather(message, sizeof(message));
+  for (size_t rank = 0; rank < ranks_.size(); ++rank) {
+    const char* text = all.data() + rank * sizeof(message);
+    if (text[0] != '\0') fail(ok ? ncclRemoteError : ncclSystemError, std::string(text, strnlen(text, sizeof(message))));
+  }
+}
+
+}  // namespace mojoccl

@@ -1,0 +1,57 @@
+// The TCP bootstrap that brings a communicator's ranks together.
+//
+// ncclGetUniqueId() starts a root thread listening on this host's bootstrap
+// address; the unique id carries that address and a random secret. Every
+// rank of ncclCommInitRank connects to the root, proves it knows the secret,
+// and receives the table of all ranks. Until the communicator is set up the
+// root then serves all-gathers (how ranks exchange shared-memory names and
+// set-up errors); when every rank has disconnected it exits.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mojoccl/nccl.h"
+#include "socket.h"
+
+namespace mojoccl {
+
+struct RankInfo {
+  int32_t rank;
+  int32_t pid;
+  uint64_t hostHash;  // ranks with equal hashes share a node (MOJOCCL_HOSTID overrides)
+  char hostname[64];
+};
+
+// A new unique id, with its root thread already listening.
+ncclUniqueId createUniqueId();
+
+// This process's RankInfo.
+RankInfo describeThisRank(int rank);
+
+class Bootstrap {
+ public:
+  // Connects to the root named in `id` and waits for every rank to check in.
+  Bootstrap(const ncclUniqueId& id, const RankInfo& mine, int nranks, Deadline deadline);
+
+  const std::vector<RankInfo>& ranks() const { return ranks_; }
+
+  // Every rank contributes `bytes` (the same on every rank); the result holds
+  // all contributions in rank order.
+  std::vector<char> allGather(const void* mine, size_t bytes);
+
+  // Shares a set-up failure: every rank fails together, the message of the
+  // lowest failing rank first. Call with ok=true to learn of others' failures.
+  void agreeOnSuccess(bool ok, const std::string& failure);
+
+  void close() { socket_.close(); }
+
+ private:
+  Socket socket_;
+  std::vector<RankInfo> ranks_;
+  Deadline deadline_;
+  int rank_;
+};
+
+}  // namespace mojoccl

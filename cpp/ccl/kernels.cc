@@ -1,0 +1,23 @@
+#include "kernels.h"
+
+#include <cstdint>
+#include <string>
+
+#include "datatypes.h"
+#include "error.h"
+
+extern "C" int32_t tm_reduce(void* dst, const void* const* srcs, int64_t nsrcs, int64_t count,
+                             int32_t dtype, int32_t op, int64_t divisor);
+
+namespace mojoccl {
+
+void reduce(void* dst, const void* const* sources, int nsources, size_t count,
+            ncclDataType_t datatype, ncclRedOp_t op, int divisor) {
+  int32_t rc = tm_reduce(dst, sources, nsources, static_cast<int64_t>(count), datatype, op, divisor);
+  if (rc != 0)
+    fail(ncclInvalidArgument, std::string("the reduction kernel rejected ") + redOpName(op) +
+                                  " on " + datatypeName(datatype) + " (code " +
+                                  std::to_string(rc) + ")");
+}
+
+}  // namespace mojoccl

@@ -1,0 +1,17 @@
+// The Mojo reduction kernels (kernels/reduce.mojo, libtorch_mojo_kernels.so).
+// Every reduction in libmojoccl goes through reduce(); there is no C++
+// reduction code path to drift from it.
+#pragma once
+
+#include <cstddef>
+
+#include "mojoccl/nccl.h"
+
+namespace mojoccl {
+
+// dst[i] = sources[0][i] op sources[1][i] op ... (in that order); AVG divides
+// the sum by `divisor` once. `dst` may alias a source.
+void reduce(void* dst, const void* const* sources, int nsources, size_t count,
+            ncclDataType_t datatype, ncclRedOp_t op, int divisor);
+
+}  // namespace mojoccl

@@ -1,0 +1,81 @@
+"""Helpers for distributed scripts. This module does not import torch, so
+that :func:`use_local_rank_gpu` can run before anything touches a GPU."""
+
+import os
+import sys
+import warnings
+
+_VISIBILITY = {"nvidia": "CUDA_VISIBLE_DEVICES", "amd": "ROCR_VISIBLE_DEVICES"}
+
+
+def _gpu_vendor():
+    """The GPU vendor of this node: from its device files, else from which
+    visibility variable a launcher exported; None without a GPU."""
+    if os.path.exists("/dev/kfd"):
+        return "amd"
+    if os.path.exists("/dev/nvidiactl") or os.path.exists("/proc/driver/nvidia/version"):
+        return "nvidia"
+    for vendor, variable in _VISIBILITY.items():
+        if variable in os.environ:
+            return vendor
+    return None
+
+
+def _gpus_already_initialised():
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    return bool(getattr(torch.cuda, "is_initialized", lambda: False)())
+
+
+def use_local_rank_gpu():
+    """Gives this torchrun worker its own GPU, chosen by ``LOCAL_RANK``.
+
+    Sets the vendor's visibility variable (``CUDA_VISIBLE_DEVICES`` on
+    NVIDIA, ``ROCR_VISIBLE_DEVICES`` on AMD) so that the worker sees exactly
+    one GPU, which is then device index 0. A list of several GPUs exported
+    by a launcher such as SLURM keeps only this worker's entry; a list of
+    one is left alone. Outside torchrun (no ``LOCAL_RANK``), or on a node
+    without a GPU, it does nothing.
+
+    Call it first, before ``register_mojo_devices()`` and before anything
+    touches the GPU: the GPU list is read once per process.
+
+    Returns the value of the visibility variable it left, or None.
+    """
+    local_rank = os.environ.get("LOCAL_RANK")
+    if local_rank is None:
+        return None
+    try:
+        index = int(local_rank)
+    except ValueError:
+        raise ValueError(f"LOCAL_RANK={local_rank!r} is not an integer") from None
+    if index < 0:
+        raise ValueError(f"LOCAL_RANK={index} is negative")
+    vendor = _gpu_vendor()
+    if vendor is None:
+        return None
+    variable = _VISIBILITY[vendor]
+    current = os.environ.get(variable)
+    if current is None:
+        os.environ[variable] = str(index)
+    else:
+        entries = [entry.strip() for entry in current.split(",") if entry.strip()]
+        if len(entries) > 1:
+            if index >= len(entries):
+                raise RuntimeError(
+                    f"LOCAL_RANK={index} but {variable}={current} lists only "
+                    f"{len(entries)} devices: start at most {len(entries)} processes per "
+                    "node, or make more GPUs visible"
+                )
+            os.environ[variable] = entries[index]
+    if _gpus_already_initialised():
+        warnings.warn(
+            "use_local_rank_gpu() ran after the GPU was initialised, so it has no effect "
+            "in this process; call it first thing in the script",
+            stacklevel=2,
+        )
+    return os.environ[variable]
+
+
+__all__ = ["use_local_rank_gpu"]

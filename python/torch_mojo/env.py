@@ -1,0 +1,213 @@
+"""The environment variables of torch-mojo: one table, the source of truth.
+
+``docs/environment.md`` is generated from it (``torch-mojo env --markdown``,
+checked by the tests), ``register_mojo_devices()`` validates the
+environment against it, and ``torch-mojo info`` prints it with the values
+in effect. The C++ code reads the same names; a test checks that every
+name it reads is in this table.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import warnings
+from dataclasses import dataclass
+
+PREFIXES = ("TORCH_MOJO_BACKEND_", "MOJOCCL_")
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    default: str
+    effect: str
+    choices: tuple[str, ...] = ()  # allowed values, when it is a choice
+    int_range: tuple[int, int] | None = None  # allowed range, when it is an integer
+    used: bool = True  # False: a name of the user guide this version does not read yet
+
+    def allowed(self) -> str:
+        if self.choices:
+            return ", ".join(self.choices)
+        if self.int_range:
+            return f"an integer from {self.int_range[0]} to {self.int_range[1]}"
+        return "any text"
+
+    def problem_with(self, value: str) -> str | None:
+        """Why ``value`` is not valid, or None."""
+        if value == "":
+            return None  # empty means unset, as in the C++ readers
+        if self.choices and value not in self.choices:
+            return f"{self.name}={value} is not valid: expected one of {self.allowed()}"
+        if self.int_range:
+            low, high = self.int_range
+            try:
+                number = int(value)
+            except ValueError:
+                number = None
+            if number is None or not low <= number <= high:
+                return f"{self.name}={value} is not valid: expected {self.allowed()}"
+        return None
+
+
+VARIABLES: tuple[Variable, ...] = (
+    # The process group.
+    Variable(
+        "TORCH_MOJO_BACKEND_TRACE",
+        "1",
+        "`0` hides the `[TRACE] collectives via ...` line each rank prints at init",
+        choices=("0", "1"),
+    ),
+    Variable(
+        "TORCH_MOJO_BACKEND_CCL",
+        "unset (vendor library)",
+        "`mojo` runs accelerator collectives on libmojoccl instead of NCCL/RCCL",
+        choices=("mojo",),
+        used=False,
+    ),
+    Variable(
+        "TORCH_MOJO_BACKEND_CPU",
+        "mojo",
+        "library for CPU tensors: `mojo` (libmojoccl) or `gloo` (a private gloo group)",
+        choices=("mojo", "gloo"),
+        used=False,
+    ),
+    Variable(
+        "TORCH_MOJO_BACKEND_NCCL_LIB",
+        "wheel, then system",
+        "absolute path of the `libnccl.so.2` to load",
+        used=False,
+    ),
+    Variable(
+        "TORCH_MOJO_BACKEND_RCCL_LIB",
+        "ROCm search",
+        "absolute path of the `librccl.so.1` to load",
+        used=False,
+    ),
+    Variable(
+        "TORCH_MOJO_BACKEND_CACHE_DIR",
+        "`$XDG_CACHE_HOME/torch-mojo` or `~/.cache/torch-mojo`",
+        "cache directory (`torch-mojo cache dir` prints it); kernels are compiled when the "
+        "package is built, so nothing is cached there at run time",
+    ),
+    Variable(
+        "TORCH_MOJO_BACKEND_PG_WATCHDOG",
+        "abort",
+        "what a collective that outlives the `init_process_group` timeout does: "
+        "`abort`, `report` or `off`",
+        choices=("abort", "report", "off"),
+        used=False,
+    ),
+    # libmojoccl.
+    Variable(
+        "MOJOCCL_SOCKET_IFNAME",
+        "an up, non-loopback interface with a default route",
+        "network interface for the TCP bootstrap (`eth0`, a prefix `eth`, `^docker` to "
+        "exclude, `=eth0` for an exact name)",
+    ),
+    Variable(
+        "MOJOCCL_BOOTSTRAP_TIMEOUT_S",
+        "120",
+        "seconds communicator creation waits for every rank to check in",
+        int_range=(1, 86400),
+    ),
+    Variable(
+        "MOJOCCL_HOSTID",
+        "host name and boot id",
+        "ranks with equal values share a node (shared memory); set it to split one "
+        "machine into several nodes",
+    ),
+    Variable(
+        "MOJOCCL_ALGO",
+        "auto",
+        "all-reduce algorithm inside a node: `one_shot`, `two_shot` or `auto` (by size "
+        "and rank count)",
+        choices=("auto", "one_shot", "two_shot"),
+    ),
+    Variable(
+        "MOJOCCL_IB_TIMEOUT_S",
+        "60",
+        "seconds a collective waits for its peers across nodes before failing",
+        int_range=(1, 86400),
+        used=False,
+    ),
+    Variable(
+        "MOJOCCL_NET",
+        "InfiniBand if an active port exists, else libfabric",
+        "`verbs` or `fabric` forces the node-to-node transport",
+        choices=("verbs", "fabric"),
+        used=False,
+    ),
+    Variable("MOJOCCL_IB_HCA", "chosen by GPU/NIC locality", "InfiniBand adapter to use", used=False),
+    Variable(
+        "MOJOCCL_FABRIC_DOMAIN",
+        "chosen by GPU/NIC locality",
+        "libfabric domain (NIC) to use, such as `cxi0`",
+        used=False,
+    ),
+    Variable("MOJOCCL_FABRIC_PROVIDER", "cxi", "libfabric provider", used=False),
+    Variable(
+        "MOJOCCL_LIBFABRIC",
+        "system loader, then the Cray install",
+        "path to `libfabric.so.1`",
+        used=False,
+    ),
+    Variable(
+        "MOJOCCL_REGION_MB",
+        "64 on gfx942 (MI300 series), 256 elsewhere",
+        "size of each rank's node-to-node staging buffer, in MiB",
+        int_range=(1, 65536),
+        used=False,
+    ),
+    Variable(
+        "MOJOCCL_NVLS",
+        "on where every GPU supports it",
+        "`0` disables the NVLink SHARP (multicast) path",
+        choices=("0", "1"),
+        used=False,
+    ),
+    Variable(
+        "MOJOCCL_IB_TRACE",
+        "0",
+        "`1` prints what each rank negotiated (transport, device, ports)",
+        choices=("0", "1"),
+        used=False,
+    ),
+)
+
+BY_NAME = {variable.name: variable for variable in VARIABLES}
+
+
+def check_environment(environ=None) -> list[str]:
+    """Validates the torch-mojo variables in ``environ`` (default: os.environ).
+
+    Raises ValueError naming the variable and the allowed values for a bad
+    value. Returns warnings for unknown names (each with the closest real
+    name when one is close), after issuing them with ``warnings.warn``.
+    """
+    environ = os.environ if environ is None else environ
+    notes = []
+    for name in sorted(environ):
+        if not name.startswith(PREFIXES):
+            continue
+        variable = BY_NAME.get(name)
+        if variable is None:
+            close = difflib.get_close_matches(name, BY_NAME, n=1, cutoff=0.75)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            notes.append(f"{name} is not a torch-mojo variable and has no effect{hint}")
+            continue
+        problem = variable.problem_with(environ[name])
+        if problem:
+            raise ValueError(problem)
+    for note in notes:
+        warnings.warn(note, stacklevel=3)
+    return notes
+
+
+def markdown_table() -> str:
+    """The table of docs/environment.md."""
+    lines = ["| Variable | Default | Allowed | Effect |", "|---|---|---|---|"]
+    for variable in VARIABLES:
+        effect = variable.effect if variable.used else f"{variable.effect} (not read by this version yet)"
+        lines.append(f"| `{variable.name}` | {variable.default} | {variable.allowed()} | {effect} |")
+    return "\n".join(lines) + "\n"

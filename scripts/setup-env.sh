@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Everything `make` needs on a fresh Debian machine: system packages (when
+# run as root), then a virtual environment with the pinned Python tools.
+# Safe to run again: it installs only what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+# Compilers and CMake for the C++ core; the rest is used by tests of other parts.
+APT_PACKAGES=(g++ make cmake)
+
+missing=()
+for package in "${APT_PACKAGES[@]}"; do
+  dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+    echo "installing system packages: ${missing[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    echo "missing system packages: ${missing[*]} (install them, or run this as root)" >&2
+    exit 1
+  fi
+fi
+
+if [[ ! -x $VENV/bin/python ]]; then
+  "$PYTHON" -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install --quiet --upgrade pip
+"$VENV/bin/python" -m pip install --quiet -r requirements-dev.txt

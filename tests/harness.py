@@ -1,0 +1,106 @@
+"""Runs real multi-process jobs for the tests: N processes, a timeout on
+the whole job, and every rank's output in the failure message."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKERS = Path(__file__).resolve().parent / "workers"
+
+
+@dataclass
+class RankResult:
+    rank: int
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+class JobFailed(AssertionError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _report(results: list[RankResult], headline: str) -> str:
+    parts = [headline]
+    for result in results:
+        parts.append(f"--- rank {result.rank} (exit {result.returncode}) stdout:\n{result.stdout}")
+        parts.append(f"--- rank {result.rank} stderr:\n{result.stderr[-6000:]}")
+    return "\n".join(parts)
+
+
+def run_ranks(
+    command: list[str],
+    world_size: int,
+    *,
+    timeout: float = 120,
+    env: dict[str, str] | None = None,
+    rank_env: dict[int, dict[str, str]] | None = None,
+    check: bool = True,
+) -> list[RankResult]:
+    """Starts `command` once per rank with torchrun's variables set (RANK,
+    WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT) and waits for all of them.
+    A job that outlives `timeout` is killed and fails the test."""
+    port = free_port()
+    with tempfile.TemporaryDirectory() as scratch:
+        processes = []
+        for rank in range(world_size):
+            rank_vars = {
+                "RANK": str(rank),
+                "LOCAL_RANK": str(rank),
+                "WORLD_SIZE": str(world_size),
+                "LOCAL_WORLD_SIZE": str(world_size),
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port),
+                "OMP_NUM_THREADS": "1",
+                "PYTHONPATH": str(ROOT),
+                "TEST_SCRATCH": scratch,
+            }
+            full_env = {**os.environ, **rank_vars, **(env or {}), **((rank_env or {}).get(rank, {}))}
+            # Output goes to files: a pipe that nobody drains would block a
+            # chatty rank, and with it every rank waiting for it.
+            out = open(os.path.join(scratch, f"rank{rank}.out"), "w+")
+            err = open(os.path.join(scratch, f"rank{rank}.err"), "w+")
+            process = subprocess.Popen(command, env=full_env, cwd=scratch, stdout=out, stderr=err)
+            processes.append((process, out, err))
+        deadline = time.monotonic() + timeout
+        timed_out = False
+        for process, _, _ in processes:
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                for other, _, _ in processes:
+                    other.kill()
+                    other.wait()
+                break
+        results = []
+        for rank, (process, out, err) in enumerate(processes):
+            out.seek(0)
+            err.seek(0)
+            results.append(RankResult(rank, process.returncode, out.read(), err.read()))
+            out.close()
+            err.close()
+        if timed_out:
+            raise JobFailed(_report(results, f"job did not finish within {timeout} s"))
+        if check and any(result.returncode != 0 for result in results):
+            raise JobFailed(_report(results, "a rank failed"))
+        return results
+
+
+def run_worker(name: str, world_size: int, *args: str, **kwargs) -> list[RankResult]:
+    """Runs tests/workers/<name>.py on `world_size` ranks."""
+    return run_ranks([sys.executable, str(WORKERS / f"{name}.py"), *args], world_size, **kwargs)
