@@ -27,7 +27,7 @@ $(VENV)/.ready: scripts/setup-env.sh requirements-dev.txt
 # Editable install: Python files are used from python/, the compiled parts
 # are rebuilt here when a C++ or Mojo source changes.
 $(VENV)/.built: $(VENV)/.ready $(SOURCES)
-	$(BIN)/python -m pip install --quiet --no-build-isolation --no-deps -e .
+	$(BIN)/python -m pip install --no-build-isolation --no-deps -e .
 	touch $@
 
 clean:

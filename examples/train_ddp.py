@@ -6,7 +6,8 @@ torch.accelerator.current_accelerator(). Run it with
     torchrun --standalone --nproc-per-node=2 examples/train_ddp.py
 
 Options (for the tests): --backend gloo runs the same job on gloo,
---steps N changes the length, --save PATH where rank 0 saves the weights.
+--steps N changes the length, --save PATH where rank 0 saves the weights
+(a PATH containing {rank} makes every rank save its own copy).
 """
 
 import argparse
@@ -66,9 +67,9 @@ def main():
             if rank == 0:
                 print(f"step {step:3d}  loss {mean_loss.item():.4f}")
 
-    if rank == 0:  # CPU copies: the file then loads without the backend
+    if rank == 0 or "{rank}" in args.save:  # CPU copies: loadable without the backend
         state = {k: v.cpu() for k, v in model.module.state_dict().items()}
-        torch.save(state, args.save)
+        torch.save(state, args.save.format(rank=rank))
     dist.destroy_process_group()
 
 

@@ -104,3 +104,30 @@ def run_ranks(
 def run_worker(name: str, world_size: int, *args: str, **kwargs) -> list[RankResult]:
     """Runs tests/workers/<name>.py on `world_size` ranks."""
     return run_ranks([sys.executable, str(WORKERS / f"{name}.py"), *args], world_size, **kwargs)
+
+
+def run_torchrun(script_args: list[str], nproc: int, *, timeout: float = 180, env=None, cwd=None):
+    """`torchrun --standalone --nproc-per-node=nproc ...`, as a user runs it.
+    On timeout the whole process group (torchrun and its workers) is killed."""
+    import signal
+
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc-per-node={nproc}", *script_args]
+    process = subprocess.Popen(
+        command,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        raise JobFailed(f"torchrun did not finish within {timeout} s\n{stdout}\n{stderr[-6000:]}")
+    if process.returncode != 0:
+        raise JobFailed(f"torchrun failed ({process.returncode})\n{stdout}\n{stderr[-6000:]}")
+    return stdout, stderr

@@ -8,17 +8,26 @@ import warnings
 _VISIBILITY = {"nvidia": "CUDA_VISIBLE_DEVICES", "amd": "ROCR_VISIBLE_DEVICES"}
 
 
-def _gpu_vendor():
-    """The GPU vendor of this node: from its device files, else from which
-    visibility variable a launcher exported; None without a GPU."""
-    if os.path.exists("/dev/kfd"):
-        return "amd"
-    if os.path.exists("/dev/nvidiactl") or os.path.exists("/proc/driver/nvidia/version"):
-        return "nvidia"
+_DEVICE_FILES = {
+    "amd": ["/dev/kfd"],
+    "nvidia": ["/dev/nvidiactl", "/proc/driver/nvidia/version"],
+}
+
+
+def _vendor_from_environment():
     for vendor, variable in _VISIBILITY.items():
         if variable in os.environ:
             return vendor
     return None
+
+
+def _gpu_vendor():
+    """The GPU vendor of this node: from its device files, else from which
+    visibility variable a launcher exported; None without a GPU."""
+    for vendor, paths in _DEVICE_FILES.items():
+        if any(os.path.exists(path) for path in paths):
+            return vendor
+    return _vendor_from_environment()
 
 
 def _gpus_already_initialised():

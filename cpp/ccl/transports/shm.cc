@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <immintrin.h>
 #include <linux/futex.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
@@ -47,6 +48,10 @@ void futexWakeAll(std::atomic<uint32_t>* word) {
 }
 
 size_t roundUp(size_t value, size_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+// A pidfd becomes readable when its process ends, zombie or not; kill(pid, 0)
+// would still succeed on a zombie whose parent has not reaped it yet.
+int openPidfd(int pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
 
 int usableCores() {
   cpu_set_t set;
@@ -119,9 +124,12 @@ ShmTransport::ShmTransport(Bootstrap& bootstrap, std::vector<ShmPeer> peers, int
   bootstrap.agreeOnSuccess(failure.empty(), failure);
   if (leader) shm_unlink(segmentName.c_str());
   slots_ = base_ + controlBytes;
+  for (const auto& peer : peers_) pidfds_.push_back(peer.pid == getpid() ? -1 : openPidfd(peer.pid));
 }
 
 ShmTransport::~ShmTransport() {
+  for (int fd : pidfds_)
+    if (fd >= 0) close(fd);
   if (base_ == nullptr) return;
   control(self_).departed.store(1);
   for (auto& counter : control(self_).stage) futexWakeAll(&counter.value);
@@ -170,13 +178,20 @@ void ShmTransport::awaitAll(Stage stage, uint32_t round) const {
     if (peer != self_) await(peer, stage, round);
 }
 
+bool ShmTransport::peerExited(int peer) const {
+  int fd = pidfds_[peer];
+  if (fd < 0) return kill(peers_[peer].pid, 0) != 0 && errno == ESRCH;
+  pollfd entry{fd, POLLIN, 0};
+  return poll(&entry, 1, 0) > 0;
+}
+
 void ShmTransport::checkPeer(int peer) const {
   if (aborted_.load()) fail(ncclInvalidUsage, "the communicator was aborted");
   const ShmPeer& who = peers_[peer];
   if (control(peer).departed.load())
     fail(ncclRemoteError, "rank " + std::to_string(who.commRank) +
                               " destroyed or aborted its communicator");
-  if (kill(who.pid, 0) != 0 && errno == ESRCH)
+  if (peerExited(peer))
     fail(ncclRemoteError, "rank " + std::to_string(who.commRank) + " (pid " +
                               std::to_string(who.pid) + ") exited");
 }

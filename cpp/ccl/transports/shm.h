@@ -60,8 +60,10 @@ class ShmTransport {
   struct ControlBlock;
   ControlBlock& control(int peer) const;
   void checkPeer(int peer) const;
+  bool peerExited(int peer) const;
 
   std::vector<ShmPeer> peers_;
+  std::vector<int> pidfds_;  // -1: ourselves, or pidfd_open is unavailable
   int self_;
   size_t slotBytes_;
   size_t segmentBytes_ = 0;

@@ -1,0 +1,107 @@
+"""libmojoccl on its own, through NCCL's C API: set-up failures, dead and
+stuck peers, bad arguments. Each must end in a clear error on every rank,
+in bounded time."""
+
+import glob
+import os
+import time
+
+import pytest
+
+from tests.ccl import INVALID_ARGUMENT, INVALID_USAGE, REMOTE_ERROR, Library
+from tests.harness import run_worker
+
+
+def lines(result, prefix):
+    return [line for line in result.stdout.splitlines() if line.startswith(prefix)]
+
+
+def test_version_and_error_strings():
+    library = Library()
+    assert library.version() == 100  # 0.1.0, encoded as NCCL encodes versions
+    assert library.lib.ncclGetErrorString(REMOTE_ERROR).decode().startswith("remote process")
+
+
+@pytest.mark.parametrize("world_size", [1, 3])
+def test_init_and_all_reduce_leave_no_shared_memory_behind(world_size):
+    before = set(glob.glob("/dev/shm/mojoccl-*"))
+    results = run_worker("ccl", world_size, "init", timeout=60)
+    assert all("ok all_reduce" in result.stdout for result in results)
+    assert set(glob.glob("/dev/shm/mojoccl-*")) <= before
+
+
+def test_ranks_that_disagree_on_nranks():
+    results = run_worker("ccl", 2, "init", rank_env={1: {"CLAIMED_NRANKS": "3"}}, timeout=60)
+    for result in results:
+        assert "every rank must pass the same nranks" in result.stdout, result.stdout
+
+
+def test_two_processes_claiming_one_rank():
+    results = run_worker("ccl", 2, "init", rank_env={1: {"CLAIMED_RANK": "0"}}, timeout=60)
+    for result in results:
+        assert "two processes both joined as rank 0" in result.stdout, result.stdout
+
+
+def test_a_rank_that_never_joins_is_named_after_the_bootstrap_timeout():
+    start = time.monotonic()
+    (result,) = run_worker(
+        "ccl", 1, "init", env={"CLAIMED_NRANKS": "2", "MOJOCCL_BOOTSTRAP_TIMEOUT_S": "2"}, timeout=60
+    )
+    assert f"error {INVALID_USAGE} rank(s) 1 of 2 did not join the communicator within 2 s" in result.stdout
+    assert time.monotonic() - start < 30
+
+
+def test_a_peer_that_exits_is_reported_promptly():
+    results = run_worker("ccl", 2, "peer_exits", timeout=60)
+    out = results[0].stdout
+    assert f"error {REMOTE_ERROR}" in out and "rank 1 (pid" in out and "exited" in out, out
+    seconds = float(lines(results[0], "after")[0].split()[1])
+    assert seconds < 5, out
+    assert f"async {REMOTE_ERROR}" in out, out
+    assert "unusable after an earlier error" in lines(results[0], "again")[0], out
+
+
+def test_abort_ends_a_collective_waiting_on_a_live_peer():
+    results = run_worker("ccl", 2, "abort", env={"SLEEP_S": "3"}, timeout=60)
+    out = results[0].stdout
+    assert "the communicator was aborted" in lines(results[0], "error")[0], out
+    assert float(lines(results[0], "after")[0].split()[1]) < 3, out
+    assert "aborted" in lines(results[0], "again")[0], out
+
+
+def test_bad_arguments_are_refused_and_the_comm_stays_usable():
+    results = run_worker("ccl", 2, "bad_arguments", timeout=60)
+    for result in results:
+        out = result.stdout
+        assert f"datatype error {INVALID_ARGUMENT} unknown datatype 42" in out, out
+        assert f"op error {INVALID_ARGUMENT} unknown reduction op 9" in out, out
+        assert "root error" in out and "root 2 is outside 0..1" in out, out
+        assert "null error" in out and "NULL" in out, out
+        assert f"group_end error {INVALID_USAGE}" in out, out
+        assert "ok usable" in out, out
+
+
+def test_group_calls_run_in_order_at_group_end():
+    results = run_worker("ccl", 3, "group", timeout=60)
+    assert all("ok group" in result.stdout for result in results)
+
+
+@pytest.mark.parametrize(
+    "variable, value, expected",
+    [
+        ("MOJOCCL_ALGO", "fastest", "MOJOCCL_ALGO=fastest is not valid: expected one of auto, one_shot, two_shot"),
+        ("MOJOCCL_BOOTSTRAP_TIMEOUT_S", "soon", "MOJOCCL_BOOTSTRAP_TIMEOUT_S=soon is not valid: expected an integer"),
+        ("MOJOCCL_SOCKET_IFNAME", "nosuchif0", "MOJOCCL_SOCKET_IFNAME=nosuchif0 matches no interface"),
+    ],
+)
+def test_bad_environment_values_name_the_variable(variable, value, expected):
+    # Found at ncclGetUniqueId or ncclCommInitRank, whichever reads it first.
+    results = run_worker("ccl", 1, "init", env={variable: value}, timeout=60, check=False)
+    assert expected in results[0].stdout + results[0].stderr
+
+
+def test_ranks_on_different_hosts_get_a_clear_error():
+    results = run_worker("ccl", 2, "init", rank_env={0: {"MOJOCCL_HOSTID": "a"}, 1: {"MOJOCCL_HOSTID": "b"}},
+                         timeout=60)
+    for result in results:
+        assert "within one node" in result.stdout, result.stdout

@@ -1,0 +1,175 @@
+"""The Python face of torch-mojo: registration, use_local_rank_gpu, the
+environment table and its checks, the CLI."""
+
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from tests.harness import ROOT, run_worker
+from torch_mojo import env
+from torch_mojo.distributed import use_local_rank_gpu
+
+
+def python(code, **env_vars):
+    import os
+
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env={**os.environ, **env_vars}, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_importing_has_no_side_effects():
+    out = python(
+        "import sys, torch_mojo, torch_mojo.distributed\n"
+        "print('torch' in sys.modules)\n"
+        "import torch.distributed as dist\n"
+        "print(dist.get_default_backend_for_device('cpu'))"
+    )
+    assert out.split() == ["False", "gloo"]
+
+
+def test_register_makes_mojo_the_default_for_cpu_and_is_idempotent():
+    out = python(
+        "import torch_mojo, torch.distributed as dist\n"
+        "torch_mojo.register_mojo_devices(); torch_mojo.register_mojo_devices()\n"
+        "print(dist.get_default_backend_for_device('cpu'), dist.Backend.MOJO)"
+    )
+    assert out.split() == ["mojo", "mojo"]
+
+
+def test_init_process_group_without_a_backend_uses_mojo():
+    (result,) = run_worker("init_only", 1)
+    assert "backend cpu:mojo sum [1.0, 1.0, 1.0]" in result.stdout
+    assert re.search(r"\[TRACE\] collectives via /\S+/libmojoccl\.so \(mojoccl version 100\)", result.stderr)
+
+
+def test_trace_line_can_be_hidden():
+    results = run_worker("init_only", 2, env={"TORCH_MOJO_BACKEND_TRACE": "0"})
+    assert all("[TRACE]" not in result.stderr for result in results)
+
+
+# ------------------------------------------------------------- environment
+
+def test_unknown_variables_are_warned_about_with_the_closest_name():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        notes = env.check_environment({"MOJOCCL_ALGOO": "auto", "TORCH_MOJO_BACKEND_TRAC": "0",
+                                       "MOJOCCL_WHATEVER": "1", "OTHER": "x"})
+    assert "MOJOCCL_ALGOO is not a torch-mojo variable and has no effect; did you mean MOJOCCL_ALGO?" in notes
+    assert any("did you mean TORCH_MOJO_BACKEND_TRACE?" in note for note in notes)
+    assert any(note.startswith("MOJOCCL_WHATEVER") and "did you mean" not in note for note in notes)
+    assert len(caught) == 3
+
+
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        ("TORCH_MOJO_BACKEND_TRACE", "yes", "TORCH_MOJO_BACKEND_TRACE=yes is not valid: expected one of 0, 1"),
+        ("MOJOCCL_BOOTSTRAP_TIMEOUT_S", "-3", "expected an integer from 1 to 86400"),
+        ("MOJOCCL_ALGO", "ring2", "expected one of auto, one_shot, two_shot"),
+    ],
+)
+def test_bad_values_raise_naming_the_variable(name, value, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        env.check_environment({name: value})
+
+
+def test_register_checks_the_environment():
+    result = subprocess.run(
+        [sys.executable, "-c", "import torch_mojo; torch_mojo.register_mojo_devices()"],
+        capture_output=True, text=True, env={"PATH": "/usr/bin", "MOJOCCL_ALGO": "fast", "PYTHONPATH": str(ROOT)},
+    )
+    assert result.returncode != 0 and "MOJOCCL_ALGO=fast is not valid" in result.stderr
+
+
+def test_every_variable_the_code_reads_is_in_the_table():
+    names = set()
+    for path in [*ROOT.glob("cpp/**/*.cc"), *ROOT.glob("cpp/**/*.h"), *ROOT.glob("python/**/*.py")]:
+        names.update(re.findall(r'"((?:MOJOCCL|TORCH_MOJO_BACKEND)_[A-Z0-9_]+)"', path.read_text()))
+    names.discard("TORCH_MOJO_BACKEND_")  # the prefix itself
+    unknown = names - set(env.BY_NAME)
+    assert not unknown, f"read by the code but missing from torch_mojo/env.py: {unknown}"
+    read = names & {variable.name for variable in env.VARIABLES if variable.used}
+    unread = {variable.name for variable in env.VARIABLES if variable.used} - read
+    assert not unread, f"marked used in env.py but read nowhere: {unread}"
+
+
+def test_docs_environment_table_is_generated_from_the_table():
+    doc = (ROOT / "docs" / "environment.md").read_text()
+    assert env.markdown_table() in doc, "regenerate it: torch-mojo env --markdown"
+
+
+# ----------------------------------------------------------------- the CLI
+
+def test_cli_info_and_cache_dir():
+    out = python("from torch_mojo.cli import main; main(['info'])")
+    assert re.search(r"libmojoccl\.so: /\S+/lib/libmojoccl\.so", out), out
+    assert "built with torch 2.13.0" in out
+    out = python("from torch_mojo.cli import main; main(['cache', 'dir'])",
+                 TORCH_MOJO_BACKEND_CACHE_DIR="/shared/cache")
+    assert out.strip() == "/shared/cache"
+
+
+# ------------------------------------------------------ use_local_rank_gpu
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    for name in ("LOCAL_RANK", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+    # As on a node whose vendor is known only from the launcher's variables.
+    monkeypatch.setattr("torch_mojo.distributed._DEVICE_FILES", {"amd": [], "nvidia": []})
+    return monkeypatch
+
+
+def test_outside_torchrun_it_does_nothing(clean_env):
+    clean_env.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert use_local_rank_gpu() is None
+    import os
+
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,1"
+
+
+@pytest.mark.parametrize(
+    "variable, listed, local_rank, expected",
+    [
+        ("CUDA_VISIBLE_DEVICES", "0,1,2,3", "2", "2"),
+        ("CUDA_VISIBLE_DEVICES", "4,5,6,7", "1", "5"),
+        ("CUDA_VISIBLE_DEVICES", "GPU-aaaa,GPU-bbbb", "1", "GPU-bbbb"),
+        ("CUDA_VISIBLE_DEVICES", "3", "1", "3"),  # a list of one is left alone
+        ("ROCR_VISIBLE_DEVICES", "0,1,2,3", "3", "3"),
+    ],
+)
+def test_each_worker_keeps_its_own_entry(clean_env, variable, listed, local_rank, expected):
+    import os
+
+    clean_env.setenv(variable, listed)
+    clean_env.setenv("LOCAL_RANK", local_rank)
+    assert use_local_rank_gpu() == expected
+    assert os.environ[variable] == expected
+
+
+def test_too_many_workers_for_the_listed_gpus(clean_env):
+    clean_env.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    clean_env.setenv("LOCAL_RANK", "3")
+    with pytest.raises(RuntimeError, match=re.escape(
+            "LOCAL_RANK=3 but CUDA_VISIBLE_DEVICES=0,1 lists only 2 devices")):
+        use_local_rank_gpu()
+
+
+def test_on_a_node_without_a_gpu_it_does_nothing(clean_env):
+    clean_env.setenv("LOCAL_RANK", "1")
+    assert use_local_rank_gpu() is None
+
+
+def test_vendor_is_read_from_device_files_first(monkeypatch, tmp_path):
+    from torch_mojo import distributed
+
+    monkeypatch.setattr(distributed, "_DEVICE_FILES", {"amd": [str(tmp_path / "kfd")], "nvidia": [str(tmp_path)]})
+    assert distributed._gpu_vendor() == "nvidia"
+    (tmp_path / "kfd").touch()
+    assert distributed._gpu_vendor() == "amd"

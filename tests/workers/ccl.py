@@ -1,0 +1,98 @@
+"""One rank of a libmojoccl scenario, driven through the C API.
+
+Usage: ccl.py SCENARIO. Prints "ok ..." lines or "error <code> <message>";
+the test reads them.
+"""
+
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+
+from tests.ccl import CclError, Library, shared_unique_id
+
+
+def main():
+    scenario = sys.argv[1]
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    nranks = int(os.environ.get("CLAIMED_NRANKS", world))
+    claimed_rank = int(os.environ.get("CLAIMED_RANK", rank))
+    library = Library()
+    uid = shared_unique_id(library, rank, os.environ["TEST_SCRATCH"])
+    try:
+        comm = library.init(nranks, uid, claimed_rank)
+    except CclError as error:
+        print(f"error {error.code} {error.message}", flush=True)
+        return
+    print("ok init", flush=True)
+
+    data = np.arange(1000, dtype=np.float32) * (rank + 1)
+    out = np.empty_like(data)
+    if scenario == "init":
+        library.all_reduce(comm, data, out)
+        assert np.array_equal(out, np.arange(1000, dtype=np.float32) * world * (world + 1) / 2)
+        print("ok all_reduce", flush=True)
+    elif scenario == "peer_exits":
+        if rank == 1:
+            os._exit(0)  # gone without a word
+        start = time.monotonic()
+        try:
+            library.all_reduce(comm, data, out)
+        except CclError as error:
+            print(f"error {error.code} {error.message}", flush=True)
+            print(f"after {time.monotonic() - start:.1f} s", flush=True)
+            print(f"async {library.async_error(comm)}", flush=True)
+            try:
+                library.all_reduce(comm, data, out)
+            except CclError as again:
+                print(f"again {again.code} {again.message}", flush=True)
+    elif scenario == "abort":
+        if rank == 1:
+            time.sleep(float(os.environ.get("SLEEP_S", "20")))  # alive, but never joins
+            return
+        threading.Timer(0.5, lambda: library.lib.ncclCommAbort(comm)).start()
+        start = time.monotonic()
+        try:
+            library.all_reduce(comm, data, out)
+        except CclError as error:
+            print(f"error {error.code} {error.message}", flush=True)
+            print(f"after {time.monotonic() - start:.1f} s", flush=True)
+        try:
+            library.all_reduce(comm, data, out)
+        except CclError as error:
+            print(f"again {error.code} {error.message}", flush=True)
+        os._exit(0)
+    elif scenario == "bad_arguments":
+        for label, call in [
+            ("datatype", lambda: library.all_reduce(comm, data, out, datatype=42)),
+            ("op", lambda: library.all_reduce(comm, data, out, op=9)),
+            ("root", lambda: library.check(library.lib.ncclBroadcast(
+                data.ctypes.data, out.ctypes.data, data.size, 7, world, comm, None))),
+            ("null", lambda: library.check(library.lib.ncclAllReduce(
+                None, None, 4, 7, 0, comm, None))),
+            ("group_end", lambda: library.check(library.lib.ncclGroupEnd())),
+        ]:
+            try:
+                call()
+                print(f"{label} accepted", flush=True)
+            except CclError as error:
+                print(f"{label} error {error.code} {error.message}", flush=True)
+        library.all_reduce(comm, data, out)  # still usable
+        print("ok usable", flush=True)
+    elif scenario == "group":
+        # Calls queued in a group run at ncclGroupEnd, in order.
+        second = np.empty_like(data)
+        library.check(library.lib.ncclGroupStart())
+        library.all_reduce(comm, data, out)
+        library.all_reduce(comm, out, second)
+        library.check(library.lib.ncclGroupEnd())
+        expected = np.arange(1000, dtype=np.float32) * world * (world + 1) / 2 * world
+        assert np.array_equal(second, expected), second[:4]
+        print("ok group", flush=True)
+    library.lib.ncclCommDestroy(comm)
+
+
+if __name__ == "__main__":
+    main()
