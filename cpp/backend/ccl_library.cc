@@ -61,10 +61,12 @@ CclLibrary::~CclLibrary() {
 
 void CclLibrary::check(ncclResult_t result, const char* call, ncclComm_t comm) const {
   if (result == ncclSuccess) return;
-  std::string message = std::string(call) + " failed: " + api_.getErrorString(result);
+  // The library's own text says what happened; the generic string for the
+  // result code is the fallback.
   const char* details = api_.getLastError(comm);
-  if (details != nullptr && details[0] != '\0') message += ": " + std::string(details);
-  throw CclError(result, message);
+  bool detailed = details != nullptr && details[0] != '\0';
+  throw CclError(result, std::string(call) + " failed: " +
+                             (detailed ? details : api_.getErrorString(result)));
 }
 
 std::shared_ptr<CclLibrary> hostCollectiveLibrary() {

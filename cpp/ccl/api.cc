@@ -126,7 +126,7 @@ MOJOCCL_API const char* ncclGetErrorString(ncclResult_t result) {
     case ncclSystemError: return "unhandled system error (run out of memory, a failed system call, ...)";
     case ncclInternalError: return "internal error - please report this issue to the torch-mojo developers";
     case ncclInvalidArgument: return "invalid argument";
-    case ncclInvalidUsage: return "invalid usage (run with the error text from ncclGetLastError for details)";
+    case ncclInvalidUsage: return "invalid usage";
     case ncclRemoteError: return "remote process exited or there was a network error";
     case ncclInProgress: return "operation in progress";
     default: return "unknown result code";

@@ -37,7 +37,8 @@ def _info():
     for variable in VARIABLES:
         value = os.environ.get(variable.name)
         shown = value if value is not None else f"(default: {variable.default})"
-        print(f"  {variable.name}={shown}")
+        unread = "" if variable.used else "   [not read by this version yet]"
+        print(f"  {variable.name}={shown}{unread}")
 
 
 def main(argv=None):

@@ -1,0 +1,52 @@
+"""One rank of a process-group scenario about timing and failure.
+
+Usage: behaviour.py SCENARIO
+  async_overlap  async_op=True returns while the peer has not joined yet
+  timeout        a collective a peer never joins ends in an error, not a hang
+"""
+
+import datetime
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import torch_mojo
+
+
+def main():
+    scenario = sys.argv[1]
+    torch_mojo.register_mojo_devices()
+    timeout = datetime.timedelta(seconds=3 if scenario == "timeout" else 60)
+    dist.init_process_group("mojo", timeout=timeout)
+    rank = dist.get_rank()
+    if scenario == "async_overlap":
+        tensor = torch.ones(1 << 20)
+        if rank == 1:
+            time.sleep(1.0)
+            dist.all_reduce(tensor)
+        else:
+            work = dist.all_reduce(tensor, async_op=True)
+            print(f"completed at issue: {work.is_completed()}")
+            product = torch.randn(256, 256) @ torch.randn(256, 256)  # compute meanwhile
+            work.wait()
+            print(f"completed after wait: {work.is_completed()} value {tensor[0].item()}")
+            print(f"computed {tuple(product.shape)}")
+    elif scenario == "timeout":
+        if rank == 1:
+            time.sleep(8)  # alive, but never joins the all_reduce
+            sys.exit(0)
+        start = time.monotonic()
+        try:
+            dist.all_reduce(torch.ones(8))
+            print("no error")
+        except RuntimeError as error:
+            print(f"{type(error).__name__}: {error}")
+        print(f"after {time.monotonic() - start:.1f} s")
+        sys.exit(0)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
