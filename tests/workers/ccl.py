@@ -14,6 +14,19 @@ import numpy as np
 from tests.ccl import CclError, Library, shared_unique_id
 
 
+def attempt(label, call):
+    """Runs `call`; if it fails, prints `label code message` and how long it
+    took to fail. Returns whether it failed."""
+    start = time.monotonic()
+    try:
+        call()
+        return False
+    except CclError as error:
+        print(f"{label} {error.code} {error.message}", flush=True)
+        print(f"{label} after {time.monotonic() - start:.1f} s", flush=True)
+        return True
+
+
 def main():
     scenario = sys.argv[1]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -37,32 +50,16 @@ def main():
     elif scenario == "peer_exits":
         if rank == 1:
             os._exit(0)  # gone without a word
-        start = time.monotonic()
-        try:
-            library.all_reduce(comm, data, out)
-        except CclError as error:
-            print(f"error {error.code} {error.message}", flush=True)
-            print(f"after {time.monotonic() - start:.1f} s", flush=True)
+        if attempt("error", lambda: library.all_reduce(comm, data, out)):
             print(f"async {library.async_error(comm)}", flush=True)
-            try:
-                library.all_reduce(comm, data, out)
-            except CclError as again:
-                print(f"again {again.code} {again.message}", flush=True)
+            attempt("again", lambda: library.all_reduce(comm, data, out))
     elif scenario == "abort":
         if rank == 1:
             time.sleep(float(os.environ.get("SLEEP_S", "20")))  # alive, but never joins
             return
         threading.Timer(0.5, lambda: library.lib.ncclCommAbort(comm)).start()
-        start = time.monotonic()
-        try:
-            library.all_reduce(comm, data, out)
-        except CclError as error:
-            print(f"error {error.code} {error.message}", flush=True)
-            print(f"after {time.monotonic() - start:.1f} s", flush=True)
-        try:
-            library.all_reduce(comm, data, out)
-        except CclError as error:
-            print(f"again {error.code} {error.message}", flush=True)
+        attempt("error", lambda: library.all_reduce(comm, data, out))
+        attempt("again", lambda: library.all_reduce(comm, data, out))
         os._exit(0)
     elif scenario == "bad_arguments":
         for label, call in [

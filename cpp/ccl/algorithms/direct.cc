@@ -54,8 +54,7 @@ void allReduceOneShot(ShmTransport& shm, uint32_t& rounds, const Call& call) {
   std::vector<const void*> sources(nranks);
   forEachChunk(call.count, shm.slotBytes() / size, [&](size_t offset, size_t count) {
     Step step(shm, rounds, call);
-    std::memcpy(step.mine(), bytesAt(call.send, offset, size), count * size);
-    step.share();
+    step.shareCopyOf(bytesAt(call.send, offset, size), count * size);
     for (int peer = 0; peer < nranks; ++peer) sources[peer] = step.of(peer);
     reduce(bytesAt(call.recv, offset, size), sources.data(), nranks, count, call.datatype, call.op,
            nranks);
@@ -68,8 +67,7 @@ void allReduceTwoShot(ShmTransport& shm, uint32_t& rounds, const Call& call) {
   std::vector<const void*> sources(nranks);
   forEachChunk(call.count, shm.slotBytes() / size, [&](size_t offset, size_t count) {
     Step step(shm, rounds, call);
-    std::memcpy(step.mine(), bytesAt(call.send, offset, size), count * size);
-    step.share();
+    step.shareCopyOf(bytesAt(call.send, offset, size), count * size);
     // Reduce my slice of every rank's chunk into my own slot: only I read
     // that slice of any slot until I publish Reduced.
     Slice mine = sliceOf(count, nranks, shm.self(), size);
@@ -92,8 +90,7 @@ void broadcastDirect(ShmTransport& shm, uint32_t& rounds, const Call& call) {
   forEachChunk(call.count, shm.slotBytes() / size, [&](size_t offset, size_t count) {
     Step step(shm, rounds, call);
     if (isRoot) {
-      std::memcpy(step.mine(), bytesAt(call.send, offset, size), count * size);
-      step.share();
+      step.shareCopyOf(bytesAt(call.send, offset, size), count * size);
       if (call.recv != call.send)
         std::memcpy(bytesAt(call.recv, offset, size), bytesAt(call.send, offset, size), count * size);
       return;
@@ -108,8 +105,7 @@ void allGatherDirect(ShmTransport& shm, uint32_t& rounds, const Call& call) {
   const int nranks = shm.size();
   forEachChunk(call.count, shm.slotBytes() / size, [&](size_t offset, size_t count) {
     Step step(shm, rounds, call);
-    std::memcpy(step.mine(), bytesAt(call.send, offset, size), count * size);
-    step.share();
+    step.shareCopyOf(bytesAt(call.send, offset, size), count * size);
     for (int peer = 0; peer < nranks; ++peer) {
       char* destination = bytesAt(call.recv, peer * call.count + offset, size);
       if (destination != bytesAt(call.send, offset, size))  // in place: already there

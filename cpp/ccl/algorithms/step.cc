@@ -24,6 +24,11 @@ void Step::share() {
   checkAgreement();
 }
 
+void Step::shareCopyOf(const void* data, size_t bytes) {
+  std::memcpy(mine(), data, bytes);
+  share();
+}
+
 void Step::checkAgreement() const {
   // Every rank compares every signature with the lowest rank's, so all of
   // them find the same disagreement and report it in the same words.

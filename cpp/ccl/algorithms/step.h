@@ -25,6 +25,8 @@ class Step {
   const char* of(int peer) const { return shm_.slot(peer, round_); }
 
   void share();
+  // Copies `bytes` of `data` into this rank's slot, then share().
+  void shareCopyOf(const void* data, size_t bytes);
   void publishReduced() { shm_.publish(Stage::Reduced, round_); }
   void awaitReduced() const { shm_.awaitAll(Stage::Reduced, round_); }
 
