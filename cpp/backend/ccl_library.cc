@@ -50,6 +50,9 @@ CclLibrary::CclLibrary(const std::string& path, const std::string& kind) : kind_
   resolve(handle_, path_, "ncclBroadcast", api_.broadcast);
   resolve(handle_, path_, "ncclAllGather", api_.allGather);
   resolve(handle_, path_, "ncclReduceScatter", api_.reduceScatter);
+  resolve(handle_, path_, "ncclReduce", api_.reduce);
+  resolve(handle_, path_, "ncclSend", api_.send);
+  resolve(handle_, path_, "ncclRecv", api_.recv);
   resolve(handle_, path_, "ncclGroupStart", api_.groupStart);
   resolve(handle_, path_, "ncclGroupEnd", api_.groupEnd);
   check(api_.getVersion(&version_), "ncclGetVersion", nullptr);

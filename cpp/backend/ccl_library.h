@@ -39,6 +39,10 @@ struct CclApi {
   ncclResult_t (*allGather)(const void*, void*, size_t, ncclDataType_t, ncclComm_t, ncclStream_t);
   ncclResult_t (*reduceScatter)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t,
                                 ncclComm_t, ncclStream_t);
+  ncclResult_t (*reduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t,
+                         ncclStream_t);
+  ncclResult_t (*send)(const void*, size_t, ncclDataType_t, int, ncclComm_t, ncclStream_t);
+  ncclResult_t (*recv)(void*, size_t, ncclDataType_t, int, ncclComm_t, ncclStream_t);
   ncclResult_t (*groupStart)();
   ncclResult_t (*groupEnd)();
 };

@@ -1,8 +1,10 @@
 #include "backend/process_group_mojo.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
 #include <set>
 
 #include <ATen/Functions.h>
@@ -80,7 +82,7 @@ void checkTensor(const at::Tensor& tensor) {
   TORCH_CHECK_VALUE(tensor.device().is_cpu(),
                     "the mojo distributed backend handles mojo and cpu tensors; got a tensor on ",
                     tensor.device(), " (move it to torch.accelerator.current_accelerator() or "
-                    "to the CPU)");
+                    "to the CPU with .cpu())");
   TORCH_CHECK_VALUE(tensor.layout() == at::kStrided, "the mojo backend takes dense tensors; got a ",
                     tensor.layout(), " tensor");
   ncclDatatypeOf(tensor);
@@ -93,19 +95,28 @@ const at::Tensor& onlyTensor(const std::vector<at::Tensor>& tensors, const char*
   return tensors[0];
 }
 
-void checkSameKind(const at::Tensor& tensor, const at::Tensor& reference, const char* what) {
+void checkLike(const at::Tensor& tensor, const at::Tensor& reference, const char* what) {
   checkTensor(tensor);
   TORCH_CHECK_TYPE(tensor.scalar_type() == reference.scalar_type(), what, " has dtype ",
                    dtypeName(tensor), " but the input has ", dtypeName(reference));
 }
 
-std::string describe(const char* op, const at::Tensor& tensor, const char* reduceOp = nullptr) {
-  std::string text = c10::str(op, " ", tensor.numel(), " x ", dtypeName(tensor));
-  return reduceOp != nullptr ? text + " " + reduceOp : text;
+void checkSameSize(const at::Tensor& tensor, const at::Tensor& reference, const char* what) {
+  checkLike(tensor, reference, what);
+  TORCH_CHECK_VALUE(tensor.numel() == reference.numel(), what, " has ", tensor.numel(),
+                    " elements where ", reference.numel(), " are expected; the mojo backend ",
+                    "moves equal-sized tensors");
 }
 
-// A contiguous tensor with the contents of `tensor` (itself when possible).
-at::Tensor contiguousCopy(const at::Tensor& tensor) { return tensor.contiguous(); }
+void checkRoot(int64_t root, int size, const char* call) {
+  TORCH_CHECK_VALUE(root >= 0 && root < size, call, " root ", root,
+                    " is not a rank of this group of ", size);
+}
+
+std::string describe(const char* op, const at::Tensor& tensor, const char* extra = nullptr) {
+  std::string text = c10::str(op, " ", tensor.numel(), " x ", dtypeName(tensor));
+  return extra != nullptr ? text + " " + extra : text;
+}
 
 // Where a collective may write `output`: itself when contiguous, else a
 // fresh buffer whose contents copyBack() moves into `output` afterwards.
@@ -113,8 +124,13 @@ at::Tensor writableBuffer(const at::Tensor& output) {
   return output.is_contiguous() ? output : at::empty_like(output, at::MemoryFormat::Contiguous);
 }
 
-void copyBack(at::Tensor& output, const at::Tensor& buffer) {
-  if (!buffer.is_same(output)) output.copy_(buffer);
+void copyBack(const at::Tensor& output, const at::Tensor& buffer) {
+  if (!buffer.is_same(output)) const_cast<at::Tensor&>(output).copy_(buffer);
+}
+
+// Rows [begin, begin + rows) of `tensor` along its first dimension.
+at::Tensor rows(const at::Tensor& tensor, int64_t begin, int64_t count) {
+  return tensor.dim() == 0 ? tensor : tensor.narrow(0, begin, count);
 }
 
 bool traceEnabled() {
@@ -146,13 +162,26 @@ std::exception_ptr distBackendError(const std::string& message) {
 
 // ------------------------------------------------------------------ Work
 
-WorkMojo::WorkMojo(int rank, c10d::OpType type, uint64_t sequence, const char* profilingTitle,
-                   const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs)
+WorkMojo::WorkMojo(int rank, c10d::OpType type, uint64_t sequence, std::string description,
+                   const char* profilingTitle, const std::vector<at::Tensor>& inputs,
+                   std::vector<at::Tensor> outputs)
     : Work(rank, type, profilingTitle, inputs),
       sequence_(sequence),
+      description_(std::move(description)),
       outputs_(std::move(outputs)),
       future_(c10::make_intrusive<c10::ivalue::Future>(
           c10::ListType::create(c10::TensorType::get()))) {}
+
+bool WorkMojo::wait(std::chrono::milliseconds timeout) {
+  if (timeout > std::chrono::milliseconds(0)) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    bool done = cv_.wait_for(lock, timeout, [this] { return completed_; });
+    TORCH_CHECK(done, "work.wait(timeout=", std::chrono::duration<double>(timeout).count(),
+                " s): collective ", description_, " has not completed; it keeps running "
+                "(call wait() again to wait for it, or look for a rank that did not issue it)");
+  }
+  return Work::wait(std::chrono::milliseconds(0));  // rethrows the collective's error
+}
 
 void WorkMojo::complete(std::exception_ptr error) {
   // The future first: whoever wait() releases may read it at once.
@@ -212,20 +241,102 @@ c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupMojo::getBackendOptions()
   return c10::make_intrusive<Options>("mojo", timeout_.load());
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::enqueue(OpType type, const char* profilingTitle,
-                                                         std::string description,
-                                                         const std::vector<at::Tensor>& inputs,
-                                                         std::vector<at::Tensor> outputs,
-                                                         std::function<void()> run) {
-  auto work = c10::make_intrusive<WorkMojo>(rank_, type, ++sequence_, profilingTitle, inputs,
-                                            std::move(outputs));
+void ProcessGroupMojo::inGroup(const std::function<void()>& calls) const {
+  check(library_->api().groupStart(), "ncclGroupStart");
+  calls();
+  check(library_->api().groupEnd(), "ncclGroupEnd");
+}
+
+void ProcessGroupMojo::sendTensor(const at::Tensor& tensor, int peer) const {
+  check(library_->api().send(tensor.data_ptr(), tensor.numel(), ncclDatatypeOf(tensor), peer, comm_,
+                             nullptr),
+        "ncclSend");
+}
+
+void ProcessGroupMojo::recvTensor(const at::Tensor& tensor, int peer) const {
+  check(library_->api().recv(tensor.data_ptr(), tensor.numel(), ncclDatatypeOf(tensor), peer, comm_,
+                             nullptr),
+        "ncclRecv");
+}
+
+// ------------------------------------------------------- jobs and threads
+
+ProcessGroupMojo::Job ProcessGroupMojo::makeJob(OpType type, const char* profilingTitle,
+                                                const std::string& description,
+                                                const std::vector<at::Tensor>& inputs,
+                                                std::vector<at::Tensor> outputs,
+                                                std::function<void()> issue,
+                                                std::function<void()> finish) {
+  const uint64_t sequence = ++sequence_;
+  auto work = c10::make_intrusive<WorkMojo>(rank_, type, sequence,
+                                            c10::str("#", sequence, " (", description, ")"),
+                                            profilingTitle, inputs, std::move(outputs));
+  return Job{work, std::move(issue), std::move(finish), {}};
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::submit(Job job) {
+  c10::intrusive_ptr<c10d::Work> work = job.work;
+  if (coalescing_) {
+    coalesced_.push_back(std::move(job));
+    return work;
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     TORCH_CHECK(!stopping_, "the mojo process group was shut down");
-    queue_.push_back(Job{work, std::move(description), std::move(run)});
+    queue_.push_back(std::move(job));
   }
   queueChanged_.notify_all();
   return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::enqueue(
+    OpType type, const char* profilingTitle, const std::string& description,
+    const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs,
+    std::function<void()> issue, std::function<void()> finish) {
+  return submit(makeJob(type, profilingTitle, description, inputs, std::move(outputs),
+                        std::move(issue), std::move(finish)));
+}
+
+void ProcessGroupMojo::startCoalescing() {
+  TORCH_CHECK(!coalescing_, "startCoalescing called twice without endCoalescing");
+  coalescing_ = true;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::endCoalescing() {
+  TORCH_CHECK(coalescing_, "endCoalescing without startCoalescing");
+  coalescing_ = false;
+  auto jobs = std::make_shared<std::vector<Job>>(std::move(coalesced_));
+  coalesced_.clear();
+  std::vector<at::Tensor> outputs;
+  std::vector<c10::intrusive_ptr<WorkMojo>> members;
+  for (const auto& job : *jobs) {
+    members.push_back(job.work);
+    for (const auto& tensor : job.work->result()) outputs.push_back(tensor);
+  }
+  // One library group: sends and receives of the batch progress together.
+  Job batch = makeJob(
+      OpType::COALESCED, "mojo:coalesced", c10::str("coalesced batch of ", jobs->size()), {},
+      outputs,
+      [this, jobs] {
+        inGroup([&] {
+          for (auto& job : *jobs) job.issue();
+        });
+      },
+      [jobs] {
+        for (auto& job : *jobs)
+          if (job.finish) job.finish();
+      });
+  batch.members = std::move(members);
+  return submit(std::move(batch));
+}
+
+void ProcessGroupMojo::runJob(Job& job) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (aborted_) std::rethrow_exception(distBackendError(abortReason_));
+  }
+  job.issue();
+  if (job.finish) job.finish();
 }
 
 void ProcessGroupMojo::workerLoop() {
@@ -238,16 +349,12 @@ void ProcessGroupMojo::workerLoop() {
       job = std::move(queue_.front());
       queue_.pop_front();
       running_ = true;
-      runningJob_ = c10::str("#", job.work->getSequencenumber(), " (", job.description, ")");
+      runningJob_ = job.work->description();
       runningSince_ = std::chrono::steady_clock::now();
     }
     std::exception_ptr error;
     try {
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (aborted_) std::rethrow_exception(distBackendError(abortReason_));
-      }
-      job.run();
+      runJob(job);
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
       // After an abort the library only knows "aborted"; say why.
@@ -257,6 +364,7 @@ void ProcessGroupMojo::workerLoop() {
       std::lock_guard<std::mutex> lock(mutex_);
       running_ = false;
     }
+    for (auto& member : job.members) member->complete(error);
     job.work->complete(error);
   }
 }
@@ -320,133 +428,125 @@ void ProcessGroupMojo::shutdown() {
   comm_ = nullptr;
 }
 
-// ----------------------------------------------------------- collectives
+c10::intrusive_ptr<c10d::Backend> ProcessGroupMojo::split(
+    const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+    const c10::intrusive_ptr<Options>& opts) {
+  auto found = std::find(ranks.begin(), ranks.end(), rank_);
+  if (found == ranks.end()) return nullptr;  // not a member: no group here
+  const auto timeout = opts ? opts->timeout : timeout_.load();
+  return c10::make_intrusive<ProcessGroupMojo>(store, static_cast<int>(found - ranks.begin()),
+                                               static_cast<int>(ranks.size()), timeout);
+}
+
+// ------------------------------------------------------------ reductions
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::allreduce(std::vector<at::Tensor>& tensors,
                                                            const c10d::AllreduceOptions& opts) {
   at::Tensor tensor = onlyTensor(tensors, "all_reduce");
-  const ncclDataType_t datatype = ncclDatatypeOf(tensor);
   const ncclRedOp_t op = ncclRedOpOf(opts.reduceOp, tensor);
-  return enqueue(OpType::ALLREDUCE, "mojo:all_reduce",
-                 describe("all_reduce", tensor, reduceOpName(opts.reduceOp.op_)), tensors, tensors,
-                 [this, tensor, datatype, op]() mutable {
-                   at::Tensor buffer = contiguousCopy(tensor);
-                   check(library_->api().allReduce(buffer.data_ptr(), buffer.data_ptr(),
-                                                   buffer.numel(), datatype, op, comm_, nullptr),
-                         "ncclAllReduce");
-                   copyBack(tensor, buffer);
-                 });
+  at::Tensor buffer = tensor.contiguous();
+  return enqueue(
+      OpType::ALLREDUCE, "mojo:all_reduce",
+      describe("all_reduce", tensor, reduceOpName(opts.reduceOp.op_)), tensors, tensors,
+      [this, buffer, op] {
+        check(library_->api().allReduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(),
+                                        ncclDatatypeOf(buffer), op, comm_, nullptr),
+              "ncclAllReduce");
+      },
+      [tensor, buffer] { copyBack(tensor, buffer); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   TORCH_CHECK_VALUE(!tensors.empty(), "allreduce_coalesced needs at least one tensor");
-  for (const auto& tensor : tensors) checkSameKind(tensor, tensors[0], "a coalesced tensor");
-  const ncclDataType_t datatype = ncclDatatypeOf(tensors[0]);
+  for (const auto& tensor : tensors) checkLike(tensor, tensors[0], "a coalesced tensor");
   const ncclRedOp_t op = ncclRedOpOf(opts.reduceOp, tensors[0]);
-  int64_t total = 0;
-  for (const auto& tensor : tensors) total += tensor.numel();
-  std::string description = c10::str("allreduce_coalesced ", tensors.size(), " tensors, ", total,
-                                     " x ", dtypeName(tensors[0]), " ",
-                                     reduceOpName(opts.reduceOp.op_));
-  return enqueue(OpType::ALLREDUCE_COALESCED, "mojo:allreduce_coalesced", description, tensors,
-                 tensors, [this, tensors, datatype, op]() mutable {
-                   // One collective over all tensors laid end to end.
-                   std::vector<at::Tensor> flat;
-                   for (const auto& tensor : tensors) flat.push_back(tensor.reshape({-1}));
-                   at::Tensor buffer = at::cat(flat);
-                   check(library_->api().allReduce(buffer.data_ptr(), buffer.data_ptr(),
-                                                   buffer.numel(), datatype, op, comm_, nullptr),
-                         "ncclAllReduce");
-                   int64_t offset = 0;
-                   for (auto& tensor : tensors) {
-                     tensor.copy_(buffer.narrow(0, offset, tensor.numel()).view(tensor.sizes()));
-                     offset += tensor.numel();
-                   }
-                 });
+  // One collective over all tensors laid end to end.
+  std::vector<at::Tensor> flat;
+  for (const auto& tensor : tensors) flat.push_back(tensor.reshape({-1}));
+  at::Tensor buffer = at::cat(flat);
+  return enqueue(
+      OpType::ALLREDUCE_COALESCED, "mojo:allreduce_coalesced",
+      describe("allreduce_coalesced", buffer, reduceOpName(opts.reduceOp.op_)), tensors, tensors,
+      [this, buffer, op] {
+        check(library_->api().allReduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(),
+                                        ncclDatatypeOf(buffer), op, comm_, nullptr),
+              "ncclAllReduce");
+      },
+      [tensors, buffer] {
+        int64_t offset = 0;
+        for (const auto& tensor : tensors) {
+          const_cast<at::Tensor&>(tensor).copy_(
+              buffer.narrow(0, offset, tensor.numel()).view(tensor.sizes()));
+          offset += tensor.numel();
+        }
+      });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::broadcast(std::vector<at::Tensor>& tensors,
-                                                           const c10d::BroadcastOptions& opts) {
-  at::Tensor tensor = onlyTensor(tensors, "broadcast");
-  TORCH_CHECK_VALUE(opts.rootRank >= 0 && opts.rootRank < size_, "broadcast root ", opts.rootRank,
-                    " is not a rank of this group of ", size_);
-  const ncclDataType_t datatype = ncclDatatypeOf(tensor);
+c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::reduce(std::vector<at::Tensor>& tensors,
+                                                        const c10d::ReduceOptions& opts) {
+  at::Tensor tensor = onlyTensor(tensors, "reduce");
+  checkRoot(opts.rootRank, size_, "reduce");
+  const ncclRedOp_t op = ncclRedOpOf(opts.reduceOp, tensor);
   const int root = static_cast<int>(opts.rootRank);
-  return enqueue(OpType::BROADCAST, "mojo:broadcast",
-                 describe("broadcast", tensor) + c10::str(" root ", root), tensors, tensors,
-                 [this, tensor, datatype, root]() mutable {
-                   at::Tensor buffer = contiguousCopy(tensor);
-                   check(library_->api().broadcast(buffer.data_ptr(), buffer.data_ptr(),
-                                                   buffer.numel(), datatype, root, comm_, nullptr),
-                         "ncclBroadcast");
-                   copyBack(tensor, buffer);
-                 });
+  at::Tensor buffer = tensor.contiguous();
+  return enqueue(
+      OpType::REDUCE, "mojo:reduce",
+      describe("reduce", tensor, c10::str(reduceOpName(opts.reduceOp.op_), " root ", root).c_str()),
+      tensors, tensors,
+      [this, buffer, op, root] {
+        check(library_->api().reduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(),
+                                     ncclDatatypeOf(buffer), op, root, comm_, nullptr),
+              "ncclReduce");
+      },
+      [tensor, buffer] { copyBack(tensor, buffer); });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::allgather(
-    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& /*opts*/) {
-  at::Tensor input = onlyTensor(inputs, "all_gather");
-  TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
-                    "all_gather needs a list of ", size_, " output tensors (one per rank)");
-  for (const auto& output : outputs[0]) {
-    checkSameKind(output, input, "an all_gather output");
-    TORCH_CHECK_VALUE(output.numel() == input.numel(), "all_gather outputs must have as many ",
-                      "elements as the input (", input.numel(), "), got ", output.numel(),
-                      "; the mojo backend gathers equal-sized tensors");
-  }
-  const ncclDataType_t datatype = ncclDatatypeOf(input);
-  std::vector<at::Tensor> targets = outputs[0];
-  return enqueue(OpType::ALLGATHER, "mojo:all_gather", describe("all_gather", input), inputs,
-                 targets, [this, input, targets, datatype]() mutable {
-                   at::Tensor source = contiguousCopy(input);
-                   at::Tensor gathered = at::empty({size_ * source.numel()}, source.options());
-                   check(library_->api().allGather(source.data_ptr(), gathered.data_ptr(),
-                                                   source.numel(), datatype, comm_, nullptr),
-                         "ncclAllGather");
-                   for (int peer = 0; peer < size_; ++peer)
-                     targets[peer].copy_(gathered.narrow(0, peer * source.numel(), source.numel())
-                                             .view(targets[peer].sizes()));
-                 });
+void ProcessGroupMojo::checkReduceScatterFrom(const at::Tensor& output,
+                                              const at::Tensor& input) const {
+  checkTensor(output);
+  checkLike(input, output, "the reduce_scatter_tensor input");
+  TORCH_CHECK_VALUE(input.numel() == size_ * output.numel(),
+                    "reduce_scatter_tensor needs an input of world size x output elements (",
+                    size_, " x ", output.numel(), "), got ", input.numel());
 }
 
-void ProcessGroupMojo::checkAllGatherInto(const at::Tensor& output, const at::Tensor& input) const {
-  checkTensor(input);
-  checkSameKind(output, input, "the all_gather_into_tensor output");
-  TORCH_CHECK_VALUE(output.numel() == size_ * input.numel(),
-                    "all_gather_into_tensor needs an output of world size x input elements (",
-                    size_, " x ", input.numel(), "), got ", output.numel());
+c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  std::vector<at::Tensor> outputs{output}, inputs{input};
+  return reduce_scatter_tensor_coalesced(outputs, inputs, opts);
 }
 
-void ProcessGroupMojo::allGatherInto(at::Tensor& output, const at::Tensor& input) {
-  at::Tensor source = contiguousCopy(input);
-  at::Tensor buffer = writableBuffer(output);
-  check(library_->api().allGather(source.data_ptr(), buffer.data_ptr(), source.numel(),
-                                  ncclDatatypeOf(input), comm_, nullptr),
-        "ncclAllGather");
-  copyBack(output, buffer);
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::_allgather_base(
-    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& /*opts*/) {
-  checkAllGatherInto(output, input);
-  return enqueue(OpType::_ALLGATHER_BASE, "mojo:_allgather_base",
-                 describe("all_gather_into_tensor", input), {input}, {output},
-                 [this, input, output]() mutable { allGatherInto(output, input); });
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::allgather_into_tensor_coalesced(
+c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& /*opts*/) {
-  TORCH_CHECK_VALUE(outputs.size() == inputs.size(),
-                    "allgather_into_tensor_coalesced needs as many outputs as inputs");
-  for (size_t i = 0; i < inputs.size(); ++i) checkAllGatherInto(outputs[i], inputs[i]);
-  return enqueue(OpType::COALESCED, "mojo:allgather_into_tensor_coalesced",
-                 c10::str("allgather_into_tensor_coalesced ", inputs.size(), " tensors"), inputs,
-                 outputs, [this, inputs, outputs]() mutable {
-                   for (size_t i = 0; i < inputs.size(); ++i) allGatherInto(outputs[i], inputs[i]);
-                 });
+    const c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK_VALUE(!inputs.empty() && outputs.size() == inputs.size(),
+                    "reduce_scatter_tensor needs as many outputs as inputs, and at least one");
+  for (size_t i = 0; i < inputs.size(); ++i) checkReduceScatterFrom(outputs[i], inputs[i]);
+  const ncclRedOp_t op = ncclRedOpOf(opts.reduceOp, outputs[0]);
+  std::vector<at::Tensor> sources, buffers;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    sources.push_back(inputs[i].contiguous());
+    buffers.push_back(writableBuffer(outputs[i]));
+  }
+  std::string description = inputs.size() == 1
+                                ? describe("reduce_scatter_tensor", outputs[0],
+                                           reduceOpName(opts.reduceOp.op_))
+                                : c10::str("reduce_scatter_tensor_coalesced ", inputs.size(),
+                                           " tensors ", reduceOpName(opts.reduceOp.op_));
+  return enqueue(
+      inputs.size() == 1 ? OpType::_REDUCE_SCATTER_BASE : OpType::REDUCE_SCATTER_TENSOR_COALESCED,
+      "mojo:reduce_scatter_tensor", description, inputs, outputs,
+      [this, sources, buffers, op] {
+        for (size_t i = 0; i < sources.size(); ++i)
+          check(library_->api().reduceScatter(sources[i].data_ptr(), buffers[i].data_ptr(),
+                                              buffers[i].numel(), ncclDatatypeOf(buffers[i]), op,
+                                              comm_, nullptr),
+                "ncclReduceScatter");
+      },
+      [outputs, buffers] {
+        for (size_t i = 0; i < outputs.size(); ++i) copyBack(outputs[i], buffers[i]);
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::reduce_scatter(
@@ -455,78 +555,321 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::reduce_scatter(
   at::Tensor output = onlyTensor(outputs, "reduce_scatter");
   TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
                     "reduce_scatter needs a list of ", size_, " input tensors (one per rank)");
+  std::vector<at::Tensor> flat;
   for (const auto& input : inputs[0]) {
-    checkSameKind(input, output, "a reduce_scatter input");
-    TORCH_CHECK_VALUE(input.numel() == output.numel(), "reduce_scatter inputs must have as many ",
-                      "elements as the output (", output.numel(), "), got ", input.numel());
+    checkSameSize(input, output, "a reduce_scatter input");
+    flat.push_back(input.reshape({-1}));
   }
-  const ncclDataType_t datatype = ncclDatatypeOf(output);
-  const ncclRedOp_t op = ncclRedOpOf(opts.reduceOp, output);
-  std::vector<at::Tensor> sources = inputs[0];
-  return enqueue(OpType::REDUCE_SCATTER, "mojo:reduce_scatter",
-                 describe("reduce_scatter", output, reduceOpName(opts.reduceOp.op_)), sources,
-                 outputs, [this, output, sources, datatype, op]() mutable {
-                   std::vector<at::Tensor> flat;
-                   for (const auto& source : sources) flat.push_back(source.reshape({-1}));
-                   at::Tensor input = at::cat(flat);
-                   at::Tensor buffer = writableBuffer(output);
-                   check(library_->api().reduceScatter(input.data_ptr(), buffer.data_ptr(),
-                                                       buffer.numel(), datatype, op, comm_,
-                                                       nullptr),
-                         "ncclReduceScatter");
-                   copyBack(output, buffer);
-                 });
+  std::vector<at::Tensor> single{output}, joined{at::cat(flat)};
+  return reduce_scatter_tensor_coalesced(single, joined, opts);
 }
 
-void ProcessGroupMojo::checkReduceScatterFrom(const at::Tensor& output,
-                                              const at::Tensor& input) const {
-  checkTensor(output);
-  checkSameKind(input, output, "the reduce_scatter_tensor input");
-  TORCH_CHECK_VALUE(input.numel() == size_ * output.numel(),
-                    "reduce_scatter_tensor needs an input of world size x output elements (",
-                    size_, " x ", output.numel(), "), got ", input.numel());
+// ------------------------------------------------------------ broadcasts
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::broadcast(std::vector<at::Tensor>& tensors,
+                                                           const c10d::BroadcastOptions& opts) {
+  at::Tensor tensor = onlyTensor(tensors, "broadcast");
+  checkRoot(opts.rootRank, size_, "broadcast");
+  const int root = static_cast<int>(opts.rootRank);
+  at::Tensor buffer = tensor.contiguous();
+  return enqueue(
+      OpType::BROADCAST, "mojo:broadcast",
+      describe("broadcast", tensor, c10::str("root ", root).c_str()), tensors, tensors,
+      [this, buffer, root] {
+        check(library_->api().broadcast(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(),
+                                        ncclDatatypeOf(buffer), root, comm_, nullptr),
+              "ncclBroadcast");
+      },
+      [tensor, buffer] { copyBack(tensor, buffer); });
 }
 
-void ProcessGroupMojo::reduceScatterFrom(at::Tensor& output, const at::Tensor& input,
-                                         ncclRedOp_t op) {
-  at::Tensor source = contiguousCopy(input);
-  at::Tensor buffer = writableBuffer(output);
-  check(library_->api().reduceScatter(source.data_ptr(), buffer.data_ptr(), buffer.numel(),
-                                      ncclDatatypeOf(output), op, comm_, nullptr),
-        "ncclReduceScatter");
-  copyBack(output, buffer);
+// ------------------------------------------------------------ all-gathers
+
+void ProcessGroupMojo::checkAllGatherInto(const at::Tensor& output, const at::Tensor& input) const {
+  checkTensor(input);
+  checkLike(output, input, "the all_gather_into_tensor output");
+  TORCH_CHECK_VALUE(output.numel() == size_ * input.numel(),
+                    "all_gather_into_tensor needs an output of world size x input elements (",
+                    size_, " x ", input.numel(), "), got ", output.numel());
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::_reduce_scatter_base(
-    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
-  checkReduceScatterFrom(output, input);
-  const ncclRedOp_t op = ncclRedOpOf(opts.reduceOp, output);
-  return enqueue(OpType::_REDUCE_SCATTER_BASE, "mojo:_reduce_scatter_base",
-                 describe("reduce_scatter_tensor", output, reduceOpName(opts.reduceOp.op_)),
-                 {input}, {output},
-                 [this, input, output, op]() mutable { reduceScatterFrom(output, input, op); });
+c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::_allgather_base(
+    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
+  std::vector<at::Tensor> outputs{output}, inputs{input};
+  return allgather_into_tensor_coalesced(outputs, inputs, opts);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::reduce_scatter_tensor_coalesced(
+c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::ReduceScatterOptions& opts) {
-  TORCH_CHECK_VALUE(outputs.size() == inputs.size(),
-                    "reduce_scatter_tensor_coalesced needs as many outputs as inputs");
-  for (size_t i = 0; i < inputs.size(); ++i) checkReduceScatterFrom(outputs[i], inputs[i]);
-  const ncclRedOp_t op = inputs.empty() ? ncclSum : ncclRedOpOf(opts.reduceOp, outputs[0]);
-  return enqueue(OpType::REDUCE_SCATTER_TENSOR_COALESCED, "mojo:reduce_scatter_tensor_coalesced",
-                 c10::str("reduce_scatter_tensor_coalesced ", inputs.size(), " tensors ",
-                          reduceOpName(opts.reduceOp.op_)),
-                 inputs, outputs, [this, inputs, outputs, op]() mutable {
-                   for (size_t i = 0; i < inputs.size(); ++i)
-                     reduceScatterFrom(outputs[i], inputs[i], op);
-                 });
+    const c10d::AllgatherOptions& /*opts*/) {
+  TORCH_CHECK_VALUE(!inputs.empty() && outputs.size() == inputs.size(),
+                    "all_gather_into_tensor needs as many outputs as inputs, and at least one");
+  std::vector<at::Tensor> sources, buffers;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    checkAllGatherInto(outputs[i], inputs[i]);
+    sources.push_back(inputs[i].contiguous());
+    buffers.push_back(writableBuffer(outputs[i]));
+  }
+  std::string description = inputs.size() == 1
+                                ? describe("all_gather_into_tensor", inputs[0])
+                                : c10::str("allgather_into_tensor_coalesced ", inputs.size(), " tensors");
+  return enqueue(
+      inputs.size() == 1 ? OpType::_ALLGATHER_BASE : OpType::COALESCED,
+      "mojo:all_gather_into_tensor", description, inputs, outputs,
+      [this, sources, buffers] {
+        for (size_t i = 0; i < sources.size(); ++i)
+          check(library_->api().allGather(sources[i].data_ptr(), buffers[i].data_ptr(),
+                                          sources[i].numel(), ncclDatatypeOf(sources[i]), comm_,
+                                          nullptr),
+                "ncclAllGather");
+      },
+      [outputs, buffers] {
+        for (size_t i = 0; i < outputs.size(); ++i) copyBack(outputs[i], buffers[i]);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::allgather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  std::vector<std::vector<at::Tensor>> lists = outputs;
+  return allgather_coalesced(lists, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& /*opts*/) {
+  TORCH_CHECK_VALUE(!inputs.empty() && outputLists.size() == inputs.size(),
+                    "all_gather needs one output list per input");
+  std::vector<at::Tensor> sources, gathered, targets;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    checkTensor(inputs[i]);
+    TORCH_CHECK_VALUE(static_cast<int>(outputLists[i].size()) == size_, "all_gather needs a list of ",
+                      size_, " output tensors (one per rank), got ", outputLists[i].size());
+    for (const auto& output : outputLists[i]) {
+      checkSameSize(output, inputs[i], "an all_gather output");
+      targets.push_back(output);
+    }
+    sources.push_back(inputs[i].contiguous());
+    gathered.push_back(at::empty({size_ * inputs[i].numel()}, inputs[i].options()));
+  }
+  const int size = size_;
+  return enqueue(
+      inputs.size() == 1 ? OpType::ALLGATHER : OpType::ALLGATHER_COALESCED, "mojo:all_gather",
+      inputs.size() == 1 ? describe("all_gather", inputs[0])
+                         : c10::str("allgather_coalesced ", inputs.size(), " tensors"),
+      inputs, targets,
+      [this, sources, gathered] {
+        for (size_t i = 0; i < sources.size(); ++i)
+          check(library_->api().allGather(sources[i].data_ptr(), gathered[i].data_ptr(),
+                                          sources[i].numel(), ncclDatatypeOf(sources[i]), comm_,
+                                          nullptr),
+                "ncclAllGather");
+      },
+      [targets, gathered, sources, size] {
+        for (size_t i = 0; i < sources.size(); ++i) {
+          const int64_t numel = sources[i].numel();
+          for (int peer = 0; peer < size; ++peer) {
+            const at::Tensor& target = targets[i * size + peer];
+            const_cast<at::Tensor&>(target).copy_(
+                gathered[i].narrow(0, peer * numel, numel).view(target.sizes()));
+          }
+        }
+      });
+}
+
+// --------------------------------------------- gather, scatter, all-to-all
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::gather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::GatherOptions& opts) {
+  at::Tensor input = onlyTensor(inputs, "gather");
+  checkRoot(opts.rootRank, size_, "gather");
+  const int root = static_cast<int>(opts.rootRank);
+  at::Tensor source = input.contiguous();
+  if (rank_ != root) {
+    TORCH_CHECK_VALUE(outputs.empty() || outputs[0].empty(),
+                      "gather: only the root (rank ", root, ") passes a gather list");
+    return enqueue(OpType::GATHER, "mojo:gather", describe("gather", input, c10::str("root ", root).c_str()),
+                   inputs, {}, [this, source, root] { sendTensor(source, root); });
+  }
+  TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
+                    "gather: the root needs a gather list of ", size_, " tensors (one per rank)");
+  std::vector<at::Tensor> targets = outputs[0], buffers;
+  for (const auto& target : targets) {
+    checkSameSize(target, input, "a gather output");
+    buffers.push_back(writableBuffer(target));
+  }
+  return enqueue(
+      OpType::GATHER, "mojo:gather", describe("gather", input, c10::str("root ", root).c_str()),
+      inputs, targets,
+      [this, buffers, root] {
+        inGroup([&] {
+          for (int peer = 0; peer < size_; ++peer)
+            if (peer != root) recvTensor(buffers[peer], peer);
+        });
+      },
+      [targets, buffers, source, root] {
+        const_cast<at::Tensor&>(buffers[root]).copy_(source.view(buffers[root].sizes()));
+        for (size_t peer = 0; peer < targets.size(); ++peer) copyBack(targets[peer], buffers[peer]);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ScatterOptions& opts) {
+  at::Tensor output = onlyTensor(outputs, "scatter");
+  checkRoot(opts.rootRank, size_, "scatter");
+  const int root = static_cast<int>(opts.rootRank);
+  at::Tensor buffer = writableBuffer(output);
+  if (rank_ != root) {
+    TORCH_CHECK_VALUE(inputs.empty() || inputs[0].empty(),
+                      "scatter: only the root (rank ", root, ") passes a scatter list");
+    return enqueue(
+        OpType::SCATTER, "mojo:scatter", describe("scatter", output, c10::str("root ", root).c_str()),
+        {}, outputs, [this, buffer, root] { recvTensor(buffer, root); },
+        [output, buffer] { copyBack(output, buffer); });
+  }
+  TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
+                    "scatter: the root needs a scatter list of ", size_, " tensors (one per rank)");
+  std::vector<at::Tensor> sources;
+  for (const auto& input : inputs[0]) {
+    checkSameSize(input, output, "a scatter input");
+    sources.push_back(input.contiguous());
+  }
+  return enqueue(
+      OpType::SCATTER, "mojo:scatter", describe("scatter", output, c10::str("root ", root).c_str()),
+      inputs[0], outputs,
+      [this, sources, root] {
+        inGroup([&] {
+          for (int peer = 0; peer < size_; ++peer)
+            if (peer != root) sendTensor(sources[peer], peer);
+        });
+      },
+      [output, sources, root] {
+        const_cast<at::Tensor&>(output).copy_(sources[root].view(output.sizes()));
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::alltoall_base(
+    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& outputSplitSizes,
+    std::vector<int64_t>& inputSplitSizes, const c10d::AllToAllOptions& /*opts*/) {
+  checkTensor(input);
+  checkLike(output, input, "the all_to_all_single output");
+  // Split sizes count rows (the first dimension); empty means equal parts.
+  auto splits = [this](const at::Tensor& tensor, const std::vector<int64_t>& given,
+                       const char* which) {
+    const int64_t total = tensor.dim() == 0 ? 1 : tensor.size(0);
+    if (given.empty()) {
+      TORCH_CHECK_VALUE(total % size_ == 0, "all_to_all_single: the ", which, " has ", total,
+                        " rows, which do not split into ", size_, " equal parts; pass ", which,
+                        "_split_sizes");
+      return std::vector<int64_t>(size_, total / size_);
+    }
+    TORCH_CHECK_VALUE(static_cast<int>(given.size()) == size_, "all_to_all_single: ", which,
+                      "_split_sizes needs ", size_, " entries, got ", given.size());
+    TORCH_CHECK_VALUE(std::accumulate(given.begin(), given.end(), int64_t{0}) == total,
+                      "all_to_all_single: ", which, "_split_sizes add up to ",
+                      std::accumulate(given.begin(), given.end(), int64_t{0}), " but the ", which,
+                      " has ", total, " rows");
+    return given;
+  };
+  std::vector<int64_t> sendRows = splits(input, inputSplitSizes, "input");
+  std::vector<int64_t> recvRows = splits(output, outputSplitSizes, "output");
+  at::Tensor source = input.contiguous();
+  at::Tensor buffer = writableBuffer(output);
+  std::vector<at::Tensor> sendParts, recvParts;
+  int64_t sendAt = 0, recvAt = 0;
+  for (int peer = 0; peer < size_; ++peer) {
+    sendParts.push_back(rows(source, sendAt, sendRows[peer]));
+    recvParts.push_back(rows(buffer, recvAt, recvRows[peer]));
+    sendAt += sendRows[peer];
+    recvAt += recvRows[peer];
+  }
+  TORCH_CHECK_VALUE(sendParts[rank_].numel() == recvParts[rank_].numel(),
+                    "all_to_all_single: this rank sends itself ", sendParts[rank_].numel(),
+                    " elements but expects ", recvParts[rank_].numel(), " from itself");
+  return enqueue(
+      OpType::ALLTOALL_BASE, "mojo:all_to_all_single", describe("all_to_all_single", input),
+      {input}, {output},
+      [this, sendParts, recvParts] {
+        inGroup([&] {
+          for (int peer = 0; peer < size_; ++peer) {
+            if (peer == rank_) continue;
+            sendTensor(sendParts[peer], peer);
+            recvTensor(recvParts[peer], peer);
+          }
+        });
+      },
+      [this, output, buffer, sendParts, recvParts] {
+        const_cast<at::Tensor&>(recvParts[rank_]).copy_(sendParts[rank_]);
+        copyBack(output, buffer);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::alltoall(std::vector<at::Tensor>& outputs,
+                                                          std::vector<at::Tensor>& inputs,
+                                                          const c10d::AllToAllOptions& /*opts*/) {
+  TORCH_CHECK_VALUE(static_cast<int>(inputs.size()) == size_ && static_cast<int>(outputs.size()) == size_,
+                    "all_to_all needs ", size_, " input and ", size_, " output tensors");
+  std::vector<at::Tensor> sources, buffers;
+  for (int peer = 0; peer < size_; ++peer) {
+    checkTensor(inputs[peer]);
+    checkLike(outputs[peer], inputs[peer], "an all_to_all output");
+    sources.push_back(inputs[peer].contiguous());
+    buffers.push_back(writableBuffer(outputs[peer]));
+  }
+  TORCH_CHECK_VALUE(sources[rank_].numel() == buffers[rank_].numel(), "all_to_all: this rank sends itself ",
+                    sources[rank_].numel(), " elements but expects ", buffers[rank_].numel());
+  return enqueue(
+      OpType::ALLTOALL, "mojo:all_to_all", c10::str("all_to_all ", size_, " tensors"), inputs,
+      outputs,
+      [this, sources, buffers] {
+        inGroup([&] {
+          for (int peer = 0; peer < size_; ++peer) {
+            if (peer == rank_) continue;
+            sendTensor(sources[peer], peer);
+            recvTensor(buffers[peer], peer);
+          }
+        });
+      },
+      [this, outputs, sources, buffers] {
+        const_cast<at::Tensor&>(buffers[rank_]).copy_(sources[rank_].view(buffers[rank_].sizes()));
+        for (int peer = 0; peer < size_; ++peer) copyBack(outputs[peer], buffers[peer]);
+      });
+}
+
+// --------------------------------------------------------- point to point
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::send(std::vector<at::Tensor>& tensors, int dstRank,
+                                                      int /*tag: matched by order, as NCCL*/) {
+  at::Tensor tensor = onlyTensor(tensors, "send");
+  checkRoot(dstRank, size_, "send: destination");
+  at::Tensor source = tensor.contiguous();
+  return enqueue(OpType::SEND, "mojo:send", describe("send", tensor, c10::str("to ", dstRank).c_str()),
+                 tensors, {}, [this, source, dstRank] { sendTensor(source, dstRank); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::recv(std::vector<at::Tensor>& tensors, int srcRank,
+                                                      int /*tag*/) {
+  at::Tensor tensor = onlyTensor(tensors, "recv");
+  checkRoot(srcRank, size_, "recv: source");
+  at::Tensor buffer = writableBuffer(tensor);
+  return enqueue(
+      OpType::RECV, "mojo:recv", describe("recv", tensor, c10::str("from ", srcRank).c_str()), {},
+      tensors, [this, buffer, srcRank] { recvTensor(buffer, srcRank); },
+      [tensor, buffer] { copyBack(tensor, buffer); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::recvAnysource(std::vector<at::Tensor>& /*tensors*/,
+                                                               int /*tag*/) {
+  TORCH_CHECK_VALUE(false, "recv without a source rank is not supported by the mojo backend "
+                           "(nor by NCCL): pass src=");
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::barrier(const c10d::BarrierOptions& /*opts*/) {
   // As ProcessGroupNCCL does: an all-reduce of one element.
   at::Tensor token = at::zeros({1}, at::TensorOptions().dtype(at::kByte));
-  return enqueue(OpType::BARRIER, "mojo:barrier", "barrier", {}, {token}, [this, token]() {
+  return enqueue(OpType::BARRIER, "mojo:barrier", "barrier", {}, {token}, [this, token] {
     check(library_->api().allReduce(token.data_ptr(), token.data_ptr(), 1, ncclUint8, ncclSum,
                                     comm_, nullptr),
           "ncclAllReduce");

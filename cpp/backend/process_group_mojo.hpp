@@ -1,12 +1,17 @@
 // ProcessGroupMojo: the c10d backend `mojo`.
 //
-// One per process group. It checks and stages tensors, turns each
-// torch.distributed call into calls of NCCL's C API on the library it loaded
-// (libmojoccl for CPU tensors), and runs them in issue order on a worker
-// thread of its own, so that async_op=True overlaps with the caller's
-// compute. A monitor thread ends any collective that outlives the group's
+// One per process group. It checks tensors on the caller's thread, turns
+// each torch.distributed call into a job of NCCL C API calls on the library
+// it loaded (libmojoccl for CPU tensors), and runs the jobs in issue order
+// on a worker thread of its own, so that async_op=True overlaps with the
+// caller's compute. A monitor thread ends any job that outlives the group's
 // timeout by aborting the communicator, so a missing peer gives an error on
 // every rank instead of a hang.
+//
+// A job has two parts: `issue` makes the library calls (inside
+// ncclGroupStart/End they only queue), `finish` moves results into place
+// once the calls have ended. That split is what lets a coalesced batch
+// (startCoalescing ... endCoalescing) run as one library group.
 #pragma once
 
 #include <atomic>
@@ -29,18 +34,24 @@ namespace torch_mojo {
 
 class WorkMojo : public c10d::Work {
  public:
-  WorkMojo(int rank, c10d::OpType type, uint64_t sequence, const char* profilingTitle,
-           const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs);
+  WorkMojo(int rank, c10d::OpType type, uint64_t sequence, std::string description,
+           const char* profilingTitle, const std::vector<at::Tensor>& inputs,
+           std::vector<at::Tensor> outputs);
 
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   std::vector<at::Tensor> result() override { return outputs_; }
   uint64_t getSequencenumber() const override { return sequence_; }
+  // A finite timeout waits that long, then raises if the collective is
+  // still running (it keeps running).
+  bool wait(std::chrono::milliseconds timeout) override;
 
-  // Called once by the worker thread when the collective ends.
+  const std::string& description() const { return description_; }
+  // Called once by the worker thread when the job ends.
   void complete(std::exception_ptr error);
 
  private:
   uint64_t sequence_;
+  std::string description_;  // "#3 all_reduce 1024 x float32 sum"
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
@@ -61,14 +72,25 @@ class ProcessGroupMojo : public c10d::Backend {
                                            const c10d::AllreduceOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                            std::vector<at::Tensor>& inputs,
                                            const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ReduceScatterOptions& opts) override;
@@ -77,7 +99,29 @@ class ProcessGroupMojo : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& outputSplitSizes,
+                                               std::vector<int64_t>& inputSplitSizes,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
+                                               int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+  bool supportsCoalescing() const override { return true; }
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+
+  bool supportsSplitting() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<Options>& opts) override;
 
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return sequence_.load(); }
@@ -92,32 +136,47 @@ class ProcessGroupMojo : public c10d::Backend {
  private:
   struct Job {
     c10::intrusive_ptr<WorkMojo> work;
-    std::string description;  // "all_reduce 1024 x float32 sum"
-    std::function<void()> run;
+    std::function<void()> issue;   // the library calls
+    std::function<void()> finish;  // afterwards: results into place (may be empty)
+    std::vector<c10::intrusive_ptr<WorkMojo>> members;  // a coalesced batch's own Works
   };
 
-  // Queues `run` (which calls the library) behind earlier collectives.
+  Job makeJob(c10d::OpType type, const char* profilingTitle, const std::string& description,
+              const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs,
+              std::function<void()> issue, std::function<void()> finish);
+  // Queues a job behind earlier ones (or into the open coalesced batch).
+  c10::intrusive_ptr<c10d::Work> submit(Job job);
+  // makeJob, then submit.
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* profilingTitle,
-                                         std::string description,
+                                         const std::string& description,
                                          const std::vector<at::Tensor>& inputs,
                                          std::vector<at::Tensor> outputs,
-                                         std::function<void()> run);
+                                         std::function<void()> issue,
+                                         std::function<void()> finish = nullptr);
   void workerLoop();
+  void runJob(Job& job);
   void monitorLoop();
   void createCommunicator(const c10::intrusive_ptr<c10d::Store>& store);
   void stopThreads();
   void check(ncclResult_t result, const char* call) const;
+  // Wraps `calls` in ncclGroupStart/End, as sends and receives that must
+  // progress together need.
+  void inGroup(const std::function<void()>& calls) const;
+  void sendTensor(const at::Tensor& tensor, int peer) const;
+  void recvTensor(const at::Tensor& tensor, int peer) const;
 
   // Shared by the single and coalesced forms.
   void checkAllGatherInto(const at::Tensor& output, const at::Tensor& input) const;
-  void allGatherInto(at::Tensor& output, const at::Tensor& input);
   void checkReduceScatterFrom(const at::Tensor& output, const at::Tensor& input) const;
-  void reduceScatterFrom(at::Tensor& output, const at::Tensor& input, ncclRedOp_t op);
 
   std::shared_ptr<CclLibrary> library_;
   ncclComm_t comm_ = nullptr;
   std::atomic<std::chrono::milliseconds> timeout_;
   std::atomic<uint64_t> sequence_{0};
+
+  // The batch between startCoalescing and endCoalescing (caller's thread).
+  bool coalescing_ = false;
+  std::vector<Job> coalesced_;
 
   std::mutex mutex_;  // guards the queue, the running job and the state below
   std::condition_variable queueChanged_;
@@ -125,7 +184,7 @@ class ProcessGroupMojo : public c10d::Backend {
   bool stopping_ = false;
   bool aborted_ = false;
   std::string abortReason_;
-  std::string runningJob_;  // description of the collective in progress
+  std::string runningJob_;  // description of the job in progress
   std::chrono::steady_clock::time_point runningSince_;
   bool running_ = false;
 

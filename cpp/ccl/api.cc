@@ -26,9 +26,16 @@ namespace {
 
 thread_local std::string lastError;
 
-// Calls queued between ncclGroupStart and ncclGroupEnd on this thread.
+// Calls queued between ncclGroupStart and ncclGroupEnd on this thread: a
+// collective, or one send or receive (consecutive ones on a communicator
+// run together, which is what lets a group exchange in both directions).
+struct QueuedCall {
+  ncclComm_t comm;
+  std::function<void(Comm&)> collective;  // empty for a send or receive
+  Comm::PointToPoint transfer;
+};
 thread_local int groupDepth = 0;
-thread_local std::vector<std::function<void()>> groupCalls;
+thread_local std::vector<QueuedCall> groupCalls;
 
 template <typename Body>
 ncclResult_t guarded(Body body) {
@@ -57,20 +64,42 @@ class ActiveCall {
   Comm& comm_;
 };
 
-ncclResult_t collective(ncclComm_t comm, std::function<void(Comm&)> body) {
+void runQueued(const std::vector<QueuedCall>& calls) {
+  for (size_t i = 0; i < calls.size();) {
+    ActiveCall active(calls[i].comm->impl);
+    if (calls[i].collective) {
+      calls[i].collective(calls[i].comm->impl);
+      ++i;
+      continue;
+    }
+    std::vector<Comm::PointToPoint> batch;
+    size_t j = i;
+    for (; j < calls.size() && !calls[j].collective && calls[j].comm == calls[i].comm; ++j)
+      batch.push_back(calls[j].transfer);
+    calls[i].comm->impl.transfer(batch);
+    i = j;
+  }
+}
+
+ncclResult_t enqueue(ncclComm_t comm, QueuedCall call) {
   if (comm == nullptr) {
     lastError = "comm is NULL";
     return ncclInvalidArgument;
   }
-  auto run = [comm, body] {
-    ActiveCall active(comm->impl);
-    body(comm->impl);
-  };
+  call.comm = comm;
   if (groupDepth > 0) {
-    groupCalls.push_back(run);
+    groupCalls.push_back(std::move(call));
     return ncclSuccess;
   }
-  return guarded(run);
+  return guarded([&] { runQueued({call}); });
+}
+
+ncclResult_t collective(ncclComm_t comm, std::function<void(Comm&)> body) {
+  return enqueue(comm, QueuedCall{nullptr, std::move(body), {}});
+}
+
+ncclResult_t pointToPoint(ncclComm_t comm, Comm::PointToPoint transfer) {
+  return enqueue(comm, QueuedCall{nullptr, nullptr, transfer});
 }
 
 }  // namespace
@@ -175,6 +204,23 @@ MOJOCCL_API ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff,
   });
 }
 
+MOJOCCL_API ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                    ncclDataType_t datatype, ncclRedOp_t op, int root,
+                                    ncclComm_t comm, ncclStream_t /*stream*/) {
+  return collective(comm,
+                    [=](Comm& c) { c.reduce(sendbuff, recvbuff, count, datatype, op, root); });
+}
+
+MOJOCCL_API ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype,
+                                  int peer, ncclComm_t comm, ncclStream_t /*stream*/) {
+  return pointToPoint(comm, {true, peer, const_cast<void*>(sendbuff), count, datatype});
+}
+
+MOJOCCL_API ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                                  ncclComm_t comm, ncclStream_t /*stream*/) {
+  return pointToPoint(comm, {false, peer, recvbuff, count, datatype});
+}
+
 MOJOCCL_API ncclResult_t ncclGroupStart(void) {
   ++groupDepth;
   return ncclSuccess;
@@ -186,11 +232,9 @@ MOJOCCL_API ncclResult_t ncclGroupEnd(void) {
     return ncclInvalidUsage;
   }
   if (--groupDepth > 0) return ncclSuccess;
-  std::vector<std::function<void()>> calls;
+  std::vector<QueuedCall> calls;
   calls.swap(groupCalls);
   // In issue order; the first failure ends the group, as the calls after it
   // would wait on ranks that have stopped.
-  return guarded([&] {
-    for (auto& call : calls) call();
-  });
+  return guarded([&] { runQueued(calls); });
 }

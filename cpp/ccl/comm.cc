@@ -69,65 +69,94 @@ Comm::~Comm() = default;
 void Comm::validate(const Call& call) const {
   if (datatypeSize(call.datatype) == 0)
     fail(ncclInvalidArgument, "unknown datatype " + std::to_string(call.datatype));
-  bool reduces = call.kind == CallKind::AllReduce || call.kind == CallKind::ReduceScatter;
+  bool reduces = call.kind == CallKind::AllReduce || call.kind == CallKind::ReduceScatter ||
+                 call.kind == CallKind::Reduce;
   if (reduces && (call.op < 0 || call.op >= ncclNumOps))
     fail(ncclInvalidArgument, "unknown reduction op " + std::to_string(call.op));
-  if (call.kind == CallKind::Broadcast && (call.root < 0 || call.root >= size_))
+  bool rooted = call.kind == CallKind::Broadcast || call.kind == CallKind::Reduce;
+  if (rooted && (call.root < 0 || call.root >= size_))
     fail(ncclInvalidArgument, "root " + std::to_string(call.root) + " is outside 0.." +
                                   std::to_string(size_ - 1));
+  // Only the root reads a broadcast's send buffer or writes a reduce's receive buffer.
   bool needsSend = call.kind != CallKind::Broadcast || call.root == rank_;
-  if (call.count > 0 && (call.recv == nullptr || (needsSend && call.send == nullptr)))
+  bool needsRecv = call.kind != CallKind::Reduce || call.root == rank_;
+  if (call.count > 0 && ((needsRecv && call.recv == nullptr) || (needsSend && call.send == nullptr)))
     fail(ncclInvalidArgument, "a buffer pointer is NULL");
 }
 
 template <typename Algorithm>
-void Comm::run(const Call& call, Algorithm algorithm) {
+void Comm::run(const std::string& what, Algorithm algorithm) {
   if (aborted_.load()) fail(ncclInvalidUsage, "the communicator was aborted");
   if (!brokenBy_.empty())
     fail(ncclInvalidUsage, "the communicator is unusable after an earlier error (" + brokenBy_ +
                                "); destroy it and create a new one");
-  validate(call);
   try {
     algorithm();
   } catch (const MismatchError&) {
-    throw;  // already names both sides, in the same words on every rank
+    throw;  // already names both sides
   } catch (const Error& error) {
     // Any other failure leaves the ranks at different points of the call.
     brokenBy_ = error.what();
     asyncError_.store(error.code());
-    throw Error(error.code(), "rank " + std::to_string(rank_) + ", " + call.describe() +
-                                  " (call #" + std::to_string(call.sequence) + "): " + error.what());
+    throw Error(error.code(), "rank " + std::to_string(rank_) + ", " + what + ": " + error.what());
   }
+}
+
+void Comm::runCollective(const Call& call, void (*algorithm)(ShmTransport&, uint32_t&, const Call&)) {
+  validate(call);
+  run(call.describe() + " (call #" + std::to_string(call.sequence) + ")",
+      [&] { algorithm(*shm_, rounds_, call); });
 }
 
 void Comm::allReduce(const void* send, void* recv, size_t count, ncclDataType_t datatype,
                      ncclRedOp_t op) {
-  Call call{CallKind::AllReduce, send, recv, count, datatype, op, 0, ++calls_};
-  run(call, [&] {
-    bool oneShot = allReduceAlgorithm_ == AllReduceAlgorithm::OneShot ||
-                   (allReduceAlgorithm_ == AllReduceAlgorithm::Auto &&
-                    (size_ <= 2 || count * datatypeSize(datatype) <= kOneShotMaxBytes));
-    if (oneShot)
-      allReduceOneShot(*shm_, rounds_, call);
-    else
-      allReduceTwoShot(*shm_, rounds_, call);
-  });
+  bool oneShot = allReduceAlgorithm_ == AllReduceAlgorithm::OneShot ||
+                 (allReduceAlgorithm_ == AllReduceAlgorithm::Auto &&
+                  (size_ <= 2 || count * datatypeSize(datatype) <= kOneShotMaxBytes));
+  runCollective({CallKind::AllReduce, send, recv, count, datatype, op, 0, ++calls_},
+                oneShot ? allReduceOneShot : allReduceTwoShot);
 }
 
 void Comm::broadcast(const void* send, void* recv, size_t count, ncclDataType_t datatype, int root) {
-  Call call{CallKind::Broadcast, send, recv, count, datatype, ncclSum, root, ++calls_};
-  run(call, [&] { broadcastDirect(*shm_, rounds_, call); });
+  runCollective({CallKind::Broadcast, send, recv, count, datatype, ncclSum, root, ++calls_},
+                broadcastDirect);
 }
 
 void Comm::allGather(const void* send, void* recv, size_t sendCount, ncclDataType_t datatype) {
-  Call call{CallKind::AllGather, send, recv, sendCount, datatype, ncclSum, 0, ++calls_};
-  run(call, [&] { allGatherDirect(*shm_, rounds_, call); });
+  runCollective({CallKind::AllGather, send, recv, sendCount, datatype, ncclSum, 0, ++calls_},
+                allGatherDirect);
 }
 
 void Comm::reduceScatter(const void* send, void* recv, size_t recvCount, ncclDataType_t datatype,
                          ncclRedOp_t op) {
-  Call call{CallKind::ReduceScatter, send, recv, recvCount, datatype, op, 0, ++calls_};
-  run(call, [&] { reduceScatterDirect(*shm_, rounds_, call); });
+  runCollective({CallKind::ReduceScatter, send, recv, recvCount, datatype, op, 0, ++calls_},
+                reduceScatterDirect);
+}
+
+void Comm::reduce(const void* send, void* recv, size_t count, ncclDataType_t datatype,
+                  ncclRedOp_t op, int root) {
+  runCollective({CallKind::Reduce, send, recv, count, datatype, op, root, ++calls_}, reduceDirect);
+}
+
+void Comm::transfer(const std::vector<PointToPoint>& batch) {
+  std::vector<Transfer> transfers;
+  for (const auto& request : batch) {
+    if (request.peer < 0 || request.peer >= size_)
+      fail(ncclInvalidArgument, "peer " + std::to_string(request.peer) + " is outside 0.." +
+                                    std::to_string(size_ - 1));
+    if (datatypeSize(request.datatype) == 0)
+      fail(ncclInvalidArgument, "unknown datatype " + std::to_string(request.datatype));
+    if (request.count > 0 && request.buffer == nullptr)
+      fail(ncclInvalidArgument, "a buffer pointer is NULL");
+    // One node: local index and communicator rank coincide.
+    transfers.push_back({request.isSend, request.peer, request.buffer, request.count,
+                         request.datatype, ++calls_});
+  }
+  std::string what = batch.size() == 1
+                         ? std::string(batch[0].isSend ? "ncclSend to rank " : "ncclRecv from rank ") +
+                               std::to_string(batch[0].peer)
+                         : "a group of " + std::to_string(batch.size()) + " sends and receives";
+  run(what, [&] { runTransfers(*shm_, transfers); });
 }
 
 }  // namespace mojoccl

@@ -6,7 +6,10 @@
 #include <memory>
 #include <string>
 
+#include <vector>
+
 #include "algorithms/call.h"
+#include "algorithms/p2p.h"
 #include "mojoccl/nccl.h"
 #include "transports/shm.h"
 
@@ -29,6 +32,19 @@ class Comm {
   void allGather(const void* send, void* recv, size_t sendCount, ncclDataType_t datatype);
   void reduceScatter(const void* send, void* recv, size_t recvCount, ncclDataType_t datatype,
                      ncclRedOp_t op);
+  void reduce(const void* send, void* recv, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+              int root);
+
+  // A send or receive as the caller asked for it (peer = communicator rank).
+  struct PointToPoint {
+    bool isSend;
+    int peer;
+    void* buffer;
+    size_t count;
+    ncclDataType_t datatype;
+  };
+  // Runs a batch of sends and receives together (one group's worth).
+  void transfer(const std::vector<PointToPoint>& batch);
 
   // From any thread: makes every wait of this communicator fail promptly.
   void abort() { aborted_.store(true); }
@@ -41,8 +57,9 @@ class Comm {
 
  private:
   template <typename Algorithm>
-  void run(const Call& call, Algorithm algorithm);
+  void run(const std::string& what, Algorithm algorithm);
   void validate(const Call& call) const;
+  void runCollective(const Call& call, void (*algorithm)(ShmTransport&, uint32_t&, const Call&));
 
   int rank_;
   int size_;

@@ -19,8 +19,9 @@ class Error : public std::runtime_error {
   ncclResult_t code_;
 };
 
-// Ranks disagree on the collective they call. Every rank detects it in the
-// same step, so the communicator stays usable.
+// Ranks disagree on what they call: a collective, or the size of a message.
+// It is found before any data moves (or, for a message, by consuming it),
+// so the communicator stays usable.
 class MismatchError : public Error {
  public:
   explicit MismatchError(const std::string& message) : Error(ncclInvalidUsage, message) {}

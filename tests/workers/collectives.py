@@ -1,14 +1,20 @@
-"""One rank of the collective-matrix job: every collective, dtype, reduce op
-and layout the backend supports, checked against values each rank computes
-on its own from every rank's (deterministic) inputs.
+"""One rank of the conformance-matrix job.
 
-Usage: collectives.py [--quick]   (--quick: a smaller matrix)
-Prints "checked N cases" and exits 1 listing the failures, if any.
+Every torch.distributed call the backend supports, over every dtype, reduce
+op, root and layout, on the default (mojo) group. Each result is checked
+against values this rank computes on its own from every rank's inputs
+(which are deterministic), and, where gloo supports the case, against the
+same call on a gloo group over the same ranks and inputs.
+
+Usage: collectives.py [--quick]   (--quick: all-reduce only, fewer sizes)
+Prints "checked N cases (G also on gloo)" and exits 1 listing the failures.
 """
 
 import argparse
 import datetime
+import gc
 import sys
+import time
 import traceback
 
 import torch
@@ -37,8 +43,8 @@ OPS = {
     "min": dist.ReduceOp.MIN,
     "max": dist.ReduceOp.MAX,
 }
-# Sizes around the library's limits: empty, tiny, odd, and more than one
-# 1 MiB staging slot (several rounds).
+# Around the library's limits: empty, tiny, odd, and more than one 1 MiB
+# staging slot (several rounds).
 SIZES = [0, 1, 5, 1000, 300_003]
 
 
@@ -46,7 +52,14 @@ def ops_for(dtype):
     return [name for name in OPS if not (dtype == torch.bool and name == "avg")]
 
 
-def make_input(rank, numel, dtype, seed, op="sum"):
+def gloo_supports(dtype, op=None):
+    """What gloo does: no uint32/uint64, and AVG only on floating types."""
+    if dtype in (torch.uint32, torch.uint64):
+        return False
+    return not (op == "avg" and not dtype.is_floating_point)
+
+
+def make_input(rank, numel, dtype, seed, op="sum", nan=True):
     """Rank `rank`'s input: any rank can compute any other rank's."""
     generator = torch.Generator().manual_seed(seed * 131 + rank)
     if dtype == torch.bool:
@@ -56,7 +69,7 @@ def make_input(rank, numel, dtype, seed, op="sum"):
             values = 1 + 0.25 * torch.randn(numel, generator=generator, dtype=torch.float64)
         else:
             values = torch.randn(numel, generator=generator, dtype=torch.float64) * 10
-        if op in ("min", "max") and numel > 1 and rank == 1:
+        if nan and op in ("min", "max") and numel > 1 and rank == 1:
             values[1] = float("nan")  # NaN must win, as in torch.minimum/maximum
         return values.to(dtype)
     low = 0 if dtype in (torch.uint8, torch.uint32, torch.uint64) else -3
@@ -92,205 +105,509 @@ def reference_reduce(tensors, op, world):
     return acc.to(dtype)
 
 
-class Checker:
-    def __init__(self):
+class Matrix:
+    def __init__(self, rank, world):
+        self.rank = rank
+        self.world = world
+        self.gloo = dist.new_group(backend="gloo")
         self.cases = 0
+        self.on_gloo = 0
         self.failures = []
+        self.exercised = set()  # the calls the cases ran, named as torch.distributed names them
 
-    def same(self, name, actual, expected):
+    def count(self, name):
+        """A case ran: its name starts with the call(s) it exercises ("send/recv ...")."""
         self.cases += 1
-        try:
-            torch.testing.assert_close(actual, expected, rtol=0, atol=0, equal_nan=True)
-        except AssertionError as error:
-            self.failures.append(f"{name}: {str(error).splitlines()[0]}")
+        self.exercised.update(name.split()[0].split("/"))
 
-    def run(self, name, function):
+    def fail(self, name, message):
+        self.failures.append(f"{name}: {message}")
+
+    def case(self, name, run, expected, dtype, op=None, on_gloo=True):
+        """`run(group)` performs the call on `group` (None: the mojo default
+        group) and returns this rank's results (a list of tensors); `expected`
+        is the list they must equal."""
+        self.count(name)
         try:
-            function()
+            ours = run(None)
         except Exception:
-            self.cases += 1
-            self.failures.append(f"{name}: raised\n{traceback.format_exc()}")
+            self.fail(name, f"raised\n{traceback.format_exc()}")
+            return
+        self.same(name, ours, expected)
+        if on_gloo and gloo_supports(dtype, op):
+            self.on_gloo += 1
+            try:
+                theirs = run(self.gloo)
+            except Exception:
+                self.fail(name + " on gloo", f"raised\n{traceback.format_exc()}")
+                return
+            self.same(name + " vs gloo", ours, theirs, self.gloo_tolerance(dtype, ours))
+
+    def gloo_tolerance(self, dtype, results):
+        """gloo combines in its own order, and rounds half types at every
+        step (we round once): floating results agree to a few roundings."""
+        if not dtype.is_floating_point:
+            return 0
+        scale = max([1.0] + [t.abs().max().item() for t in results if t.numel()])
+        eps = torch.finfo(dtype).eps
+        return self.world * eps * scale if dtype in HALF else 1e-5 * scale
+
+    def same(self, name, actual, expected, tolerance=0):
+        if len(actual) != len(expected):
+            self.fail(name, f"{len(actual)} results, expected {len(expected)}")
+            return
+        for got, want in zip(actual, expected):
+            try:
+                torch.testing.assert_close(got, want, rtol=0, atol=tolerance, equal_nan=True)
+            except AssertionError as error:
+                self.fail(name, str(error).splitlines()[0])
+                return
 
     def raises(self, name, exception, text, function):
-        self.cases += 1
+        self.count(name)
         try:
             function()
         except exception as error:
             if text not in str(error):
-                self.failures.append(f"{name}: message {str(error)!r} lacks {text!r}")
+                self.fail(name, f"message {str(error)!r} lacks {text!r}")
             return
         except Exception as error:
-            self.failures.append(f"{name}: raised {type(error).__name__}: {error}")
+            self.fail(name, f"raised {type(error).__name__}: {error}")
             return
-        self.failures.append(f"{name}: did not raise {exception.__name__}")
+        self.fail(name, f"did not raise {exception.__name__}")
+
+    def check(self, name, condition, detail=""):
+        self.count(name)
+        if not condition:
+            self.fail(name, detail or "condition false")
 
 
-def layouts(tensor):
+def layouts(numel):
     """The same values as a contiguous tensor, a transposed view and a view
     at an odd offset (not 16-byte aligned)."""
-    yield "contiguous", lambda t: t.clone()
-    if tensor.numel() >= 6 and tensor.numel() % 2 == 0:
-        yield "transposed", lambda t: t.clone().reshape(2, -1).t()
-    if tensor.numel() >= 2:
-        yield "offset", lambda t: torch.cat([t[:1], t])[1:]
+    yield "contiguous", lambda t: t.clone(), lambda t: t
+    if numel >= 6 and numel % 2 == 0:
+        yield "transposed", lambda t: t.clone().reshape(2, -1).t(), lambda t: t.t().reshape(-1)
+    if numel >= 2:
+        yield "offset", lambda t: torch.cat([t[:1], t])[1:], lambda t: t
 
 
-def check_all_reduce(check, rank, world, sizes):
+# ------------------------------------------------------------ reductions
+
+def check_all_reduce(m, sizes):
     seed = 0
     for dtype in DTYPES:
         for op in ops_for(dtype):
             for numel in sizes:
                 seed += 1
-                inputs = [make_input(r, numel, dtype, seed, op) for r in range(world)]
-                expected = reference_reduce(inputs, op, world)
-                for layout, make in layouts(inputs[rank]) if numel == 1000 else [("contiguous", lambda t: t.clone())]:
-                    name = f"all_reduce {dtype} {op} n={numel} {layout}"
+                inputs = [make_input(r, numel, dtype, seed, op) for r in range(m.world)]
+                expected = reference_reduce(inputs, op, m.world)
+                chosen = layouts(numel) if numel == 1000 else list(layouts(numel))[:1]
+                for layout, make, flatten in chosen:
 
-                    def case():
-                        tensor = make(inputs[rank])
-                        dist.all_reduce(tensor, op=OPS[op])
-                        check.same(name, tensor.reshape(-1) if layout != "transposed" else tensor.t().reshape(-1), expected)
+                    def run(group, make=make, flatten=flatten, inputs=inputs, op=op):
+                        tensor = make(inputs[m.rank])
+                        dist.all_reduce(tensor, op=OPS[op], group=group)
+                        return [flatten(tensor)]
 
-                    check.run(name, case)
+                    has_nan = op in ("min", "max") and dtype.is_floating_point and numel > 1
+                    m.case(f"all_reduce {dtype} {op} n={numel} {layout}", run, [expected], dtype, op,
+                           on_gloo=not has_nan)
 
 
-def check_broadcast(check, rank, world, sizes):
-    seed = 10_000
+def check_reduce(m):
+    seed = 1000
     for dtype in DTYPES:
-        for root in range(world):
-            for numel in sizes:
-                seed += 1
-                source = make_input(root, numel, dtype, seed)
-                name = f"broadcast {dtype} root={root} n={numel}"
+        for op in ops_for(dtype):
+            for root in range(m.world):
+                for numel in [5, 300_003] if root == m.world - 1 else [5]:
+                    seed += 1
+                    inputs = [make_input(r, numel, dtype, seed, op, nan=False) for r in range(m.world)]
+                    expected = reference_reduce(inputs, op, m.world)
 
-                def case():
-                    tensor = source.clone() if rank == root else torch.zeros(numel, dtype=dtype)
-                    dist.broadcast(tensor, src=root)
-                    check.same(name, tensor, source)
+                    def run(group, inputs=inputs, op=op, root=root):
+                        tensor = inputs[m.rank].clone()
+                        dist.reduce(tensor, dst=root, op=OPS[op], group=group)
+                        return [tensor] if m.rank == root else []
 
-                check.run(name, case)
-        name = f"broadcast {dtype} transposed view"
-
-        def strided():
-            source = make_input(0, 12, dtype, seed).reshape(3, 4)
-            tensor = (source.clone() if rank == 0 else torch.zeros(3, 4, dtype=dtype)).t()
-            dist.broadcast(tensor, src=0)
-            check.same(name, tensor, source.t())
-
-        check.run(name, strided)
+                    m.case(f"reduce {dtype} {op} root={root} n={numel}", run,
+                           [expected] if m.rank == root else [], dtype, op)
 
 
-def check_all_gather(check, rank, world, sizes):
-    seed = 20_000
-    for dtype in DTYPES:
-        for numel in sizes:
-            seed += 1
-            inputs = [make_input(r, numel, dtype, seed).reshape(numel, 1) for r in range(world)]
-            name = f"all_gather {dtype} n={numel}"
-
-            def listed():
-                outputs = [torch.empty(numel, 1, dtype=dtype) for _ in range(world)]
-                dist.all_gather(outputs, inputs[rank])
-                for r in range(world):
-                    check.same(f"{name} from rank {r}", outputs[r], inputs[r])
-
-            check.run(name, listed)
-
-            def into_tensor():
-                output = torch.empty(world * numel, dtype=dtype)
-                dist.all_gather_into_tensor(output, inputs[rank].reshape(-1))
-                check.same(f"all_gather_into_tensor {dtype} n={numel}", output, torch.cat(inputs).reshape(-1))
-
-            check.run(f"all_gather_into_tensor {dtype} n={numel}", into_tensor)
-
-
-def check_reduce_scatter(check, rank, world, sizes):
+def check_reduce_scatter(m, sizes):
     seed = 30_000
     for dtype in DTYPES:
         for op in ops_for(dtype):
             for numel in sizes:
                 seed += 1
-                inputs = [make_input(r, world * numel, dtype, seed, op) for r in range(world)]
-                expected = reference_reduce(inputs, op, world)[rank * numel : (rank + 1) * numel]
-                name = f"reduce_scatter {dtype} {op} n={numel}"
+                inputs = [make_input(r, m.world * numel, dtype, seed, op, nan=False) for r in range(m.world)]
+                expected = reference_reduce(inputs, op, m.world)[m.rank * numel : (m.rank + 1) * numel]
 
-                def listed():
+                def listed(group, inputs=inputs, op=op, numel=numel):
                     output = torch.empty(numel, dtype=dtype)
-                    dist.reduce_scatter(output, list(inputs[rank].chunk(world)) if numel else [torch.empty(0, dtype=dtype)] * world, op=OPS[op])
-                    check.same(name, output, expected)
+                    pieces = [inputs[m.rank][r * numel : (r + 1) * numel] for r in range(m.world)]
+                    dist.reduce_scatter(output, pieces, op=OPS[op], group=group)
+                    return [output]
 
-                check.run(name, listed)
-
-                def single():
+                def single(group, inputs=inputs, op=op, numel=numel):
                     output = torch.empty(numel, dtype=dtype)
-                    dist.reduce_scatter_tensor(output, inputs[rank], op=OPS[op])
-                    check.same(f"reduce_scatter_tensor {dtype} {op} n={numel}", output, expected)
+                    dist.reduce_scatter_tensor(output, inputs[m.rank], op=OPS[op], group=group)
+                    return [output]
 
-                check.run(f"reduce_scatter_tensor {dtype} {op} n={numel}", single)
+                m.case(f"reduce_scatter {dtype} {op} n={numel}", listed, [expected], dtype, op)
+                m.case(f"reduce_scatter_tensor {dtype} {op} n={numel}", single, [expected], dtype, op)
 
 
-def check_async(check, rank, world):
-    """Many outstanding collectives complete in issue order with the right
-    values; is_completed() and get_future() report them."""
-    tensors = [torch.full((size,), float(rank + 1)) for size in (1, 10, 1000, 100_000, 300_000, 7)]
+# ---------------------------------------------------------- data movement
+
+def check_broadcast(m, sizes):
+    seed = 10_000
+    for dtype in DTYPES:
+        for root in range(m.world):
+            for numel in sizes:
+                seed += 1
+                source = make_input(root, numel, dtype, seed)
+
+                def run(group, source=source, root=root, numel=numel):
+                    tensor = source.clone() if m.rank == root else torch.zeros(numel, dtype=dtype)
+                    dist.broadcast(tensor, src=root, group=group)
+                    return [tensor]
+
+                m.case(f"broadcast {dtype} root={root} n={numel}", run, [source], dtype)
+
+        source = make_input(0, 12, dtype, seed).reshape(3, 4)
+
+        def strided(group, source=source):
+            tensor = (source.clone() if m.rank == 0 else torch.zeros(3, 4, dtype=dtype)).t()
+            dist.broadcast(tensor, src=0, group=group)
+            return [tensor]
+
+        m.case(f"broadcast {dtype} transposed view", strided, [source.t()], dtype)
+
+
+def check_all_gather(m, sizes):
+    seed = 20_000
+    for dtype in DTYPES:
+        for numel in sizes:
+            seed += 1
+            inputs = [make_input(r, numel, dtype, seed).reshape(numel, 1) for r in range(m.world)]
+
+            def listed(group, inputs=inputs, numel=numel):
+                outputs = [torch.empty(numel, 1, dtype=dtype) for _ in range(m.world)]
+                dist.all_gather(outputs, inputs[m.rank], group=group)
+                return outputs
+
+            def into_tensor(group, inputs=inputs, numel=numel):
+                output = torch.empty(m.world * numel, dtype=dtype)
+                dist.all_gather_into_tensor(output, inputs[m.rank].reshape(-1), group=group)
+                return [output]
+
+            m.case(f"all_gather {dtype} n={numel}", listed, inputs, dtype)
+            m.case(f"all_gather_into_tensor {dtype} n={numel}", into_tensor,
+                   [torch.cat(inputs).reshape(-1)], dtype)
+
+
+def check_gather_scatter(m):
+    seed = 40_000
+    for dtype in DTYPES:
+        for root in range(m.world):
+            for numel in [0, 5, 100_001] if root == 0 else [5]:
+                seed += 1
+                inputs = [make_input(r, numel, dtype, seed) for r in range(m.world)]
+
+                def gather(group, inputs=inputs, root=root, numel=numel):
+                    outputs = [torch.empty(numel, dtype=dtype) for _ in range(m.world)] if m.rank == root else None
+                    dist.gather(inputs[m.rank].clone(), outputs, dst=root, group=group)
+                    return outputs if m.rank == root else []
+
+                def scatter(group, inputs=inputs, root=root, numel=numel):
+                    output = torch.empty(numel, dtype=dtype)
+                    dist.scatter(output, [t.clone() for t in inputs] if m.rank == root else None, src=root,
+                                 group=group)
+                    return [output]
+
+                m.case(f"gather {dtype} root={root} n={numel}", gather, inputs if m.rank == root else [], dtype)
+                m.case(f"scatter {dtype} root={root} n={numel}", scatter, [inputs[m.rank]], dtype)
+
+
+def check_all_to_all(m):
+    seed = 50_000
+    for dtype in DTYPES:
+        for uneven in (False, True):
+            seed += 1
+            # Rank r sends (r + p + 1) rows of 3 to rank p when uneven, else 2.
+            rows_to = [[(r + p + 1) if uneven else 2 for p in range(m.world)] for r in range(m.world)]
+            inputs = [make_input(r, 3 * sum(rows_to[r]), dtype, seed).reshape(-1, 3) for r in range(m.world)]
+
+            def part(sender, receiver):
+                start = sum(rows_to[sender][:receiver])
+                return inputs[sender][start : start + rows_to[sender][receiver]]
+
+            expected = torch.cat([part(r, m.rank) for r in range(m.world)])
+
+            def single(group, uneven=uneven, expected=expected):
+                output = torch.empty_like(expected)
+                dist.all_to_all_single(
+                    output, inputs[m.rank],
+                    output_split_sizes=[rows_to[r][m.rank] for r in range(m.world)] if uneven else None,
+                    input_split_sizes=rows_to[m.rank] if uneven else None, group=group)
+                return [output]
+
+            def listed(group):
+                outputs = [torch.empty_like(part(r, m.rank)) for r in range(m.world)]
+                dist.all_to_all(outputs, [part(m.rank, p).clone() for p in range(m.world)], group=group)
+                return outputs
+
+            kind = "uneven" if uneven else "even"
+            m.case(f"all_to_all_single {dtype} {kind}", single, [expected], dtype)
+            # gloo's list form takes equal sizes only.
+            m.case(f"all_to_all {dtype} {kind}", listed, [part(r, m.rank) for r in range(m.world)], dtype,
+                   on_gloo=not uneven)
+
+
+def check_point_to_point(m):
+    if m.world < 2:
+        return
+    right, left = (m.rank + 1) % m.world, (m.rank - 1) % m.world
+    for dtype in (torch.float32, torch.bfloat16, torch.int64, torch.bool, torch.uint64):
+        for numel in (0, 7, 600_000):  # inline, and a buffer of its own
+            mine = make_input(m.rank, numel, dtype, 60_000 + numel)
+            from_left = make_input(left, numel, dtype, 60_000 + numel)
+
+            def blocking(group, mine=mine, numel=numel):
+                # Even ranks send first, odd ranks receive first.
+                received = torch.empty(numel, dtype=dtype)
+                if m.rank % 2 == 0:
+                    dist.send(mine, right, group=group)
+                    dist.recv(received, left, group=group)
+                else:
+                    dist.recv(received, left, group=group)
+                    dist.send(mine, right, group=group)
+                return [received]
+
+            def both_ways(group, mine=mine, numel=numel):
+                # Every rank sends before it receives, in both directions at
+                # once: buffered sends make this safe at any size.
+                got_left, got_right = torch.empty(numel, dtype=dtype), torch.empty(numel, dtype=dtype)
+                works = [dist.isend(mine, right, group=group), dist.isend(mine, left, group=group),
+                         dist.irecv(got_left, left, group=group), dist.irecv(got_right, right, group=group)]
+                for work in works:
+                    work.wait()
+                return [got_left, got_right]
+
+            def batched(group, mine=mine, numel=numel):
+                got_left = torch.empty(numel, dtype=dtype)
+                ops = [dist.P2POp(dist.irecv, got_left, left, group=group),
+                       dist.P2POp(dist.isend, mine, right, group=group)]
+                for work in dist.batch_isend_irecv(ops):
+                    work.wait()
+                return [got_left]
+
+            def send_first(group, mine=mine, numel=numel):
+                # Every rank calls a blocking send before its receive.
+                received = torch.empty(numel, dtype=dtype)
+                dist.send(mine, right, group=group)
+                dist.recv(received, left, group=group)
+                return [received]
+
+            from_right = make_input(right, numel, dtype, 60_000 + numel)
+            # Not on gloo: there every rank waits in send for a receive that
+            # never comes (seen with 1,000 floats).
+            m.case(f"send/recv all send first {dtype} n={numel}", send_first, [from_left], dtype,
+                   on_gloo=False)
+            m.case(f"send/recv ring {dtype} n={numel}", blocking, [from_left], dtype)
+            m.case(f"isend/irecv both ways {dtype} n={numel}", both_ways, [from_left, from_right], dtype)
+            m.case(f"batch_isend_irecv {dtype} n={numel}", batched, [from_left], dtype)
+
+    # Several messages between the same two ranks arrive in order.
+    def in_order(group):
+        sends = [dist.isend(torch.full((i + 1,), float(m.rank * 10 + i)), right, group=group) for i in range(5)]
+        received = [torch.empty(i + 1) for i in range(5)]
+        for i in range(5):
+            dist.recv(received[i], left, group=group)
+        for work in sends:
+            work.wait()
+        return received
+
+    m.case("five messages in order", in_order, [torch.full((i + 1,), float(left * 10 + i)) for i in range(5)],
+           torch.float32)
+
+
+def check_barriers_objects_groups(m):
+    dist.barrier()
+    m.check("barrier on the world", True)
+    gathered = [None] * m.world
+    dist.all_gather_object(gathered, {"rank": m.rank, "text": "x" * m.rank})
+    m.check("all_gather_object", gathered == [{"rank": r, "text": "x" * r} for r in range(m.world)], str(gathered))
+    objects = [f"from {m.world - 1}", m.world - 1] if m.rank == m.world - 1 else [None, None]
+    dist.broadcast_object_list(objects, src=m.world - 1)
+    m.check("broadcast_object_list", objects == [f"from {m.world - 1}", m.world - 1], str(objects))
+    received = [None] * m.world if m.rank == 0 else None
+    dist.gather_object({"from": m.rank}, received, dst=0)
+    if m.rank == 0:
+        m.check("gather_object", received == [{"from": r} for r in range(m.world)], str(received))
+    out = [None]
+    dist.scatter_object_list(out, [{"to": r} for r in range(m.world)] if m.rank == 0 else None, src=0)
+    m.check("scatter_object_list", out == [{"to": m.rank}], str(out))
+
+    # A subgroup of all ranks but the last: its members reduce and meet at a
+    # barrier, the last rank takes no part.
+    if m.world >= 3:
+        members = list(range(m.world - 1))
+        group = dist.new_group(members)
+        if m.rank in members:
+            tensor = torch.full((3,), float(m.rank))
+            dist.all_reduce(tensor, group=group)
+            m.check("new_group all_reduce", torch.equal(tensor, torch.full((3,), float(sum(members)))))
+            dist.barrier(group=group)
+            m.check("barrier on a subgroup", True)
+            root = members[-1]  # a global rank, as torch.distributed takes it
+            tensor = torch.full((2,), float(m.rank))
+            dist.broadcast(tensor, src=root, group=group)
+            m.check("new_group broadcast from a global rank", torch.equal(tensor, torch.full((2,), float(root))))
+        else:
+            m.check("new_group: a rank outside the group", dist.get_rank(group) == -1)
+    if m.world >= 2:
+        group, _ = dist.new_subgroups(group_size=2 if m.world % 2 == 0 else 1)
+        tensor = torch.ones(1)
+        dist.all_reduce(tensor, group=group)
+        m.check("new_subgroups all_reduce", torch.equal(tensor, torch.full((1,), float(dist.get_world_size(group)))))
+        dist.barrier(group=group)
+    # The backend's own split, as ProcessGroup.split_group drives it. (torch
+    # 2.13's dist.split_group itself refuses to run without an accelerator.)
+    halves = [list(range(0, m.world, 2)), list(range(1, m.world, 2))]
+    mine = halves[m.rank % 2]
+    split = dist.group.WORLD.split_group(mine, timeout=datetime.timedelta(seconds=60),
+                                         group_name=f"halves_{m.rank % 2}")
+    tensor = torch.full((2,), float(m.rank))
+    split._get_backend(torch.device("cpu")).allreduce([tensor]).wait()
+    m.check("split_group all_reduce", torch.equal(tensor, torch.full((2,), float(sum(mine)))))
+    dist.barrier()
+
+
+def check_coalesced(m):
+    """What DDP and FSDP2 issue: coalescing managers and bucketed calls."""
+    tensors = [torch.full((n,), float(m.rank + 1)) for n in (3, 1000, 7)]
+    with dist._coalescing_manager(async_ops=True) as manager:
+        for tensor in tensors:
+            dist.all_reduce(tensor)
+    manager.wait()
+    total = m.world * (m.world + 1) / 2
+    m.check("coalescing_manager all_reduce", all(torch.equal(t, torch.full_like(t, total)) for t in tensors))
+
+    inputs = [torch.full((n,), float(m.rank)) for n in (4, 9)]
+    outputs = [torch.empty(m.world * n) for n in (4, 9)]
+    with dist._coalescing_manager(async_ops=True) as manager:
+        for output, tensor in zip(outputs, inputs):
+            dist.all_gather_into_tensor(output, tensor)
+    manager.wait()
+    expected = [torch.arange(m.world, dtype=torch.float32).repeat_interleave(n) for n in (4, 9)]
+    m.check("coalescing_manager all_gather_into_tensor", all(map(torch.equal, outputs, expected)))
+
+    sources = [torch.full((m.world * n,), float(m.rank + 1)) for n in (5, 2)]
+    results = [torch.empty(n) for n in (5, 2)]
+    with dist._coalescing_manager(async_ops=True) as manager:
+        for result, source in zip(results, sources):
+            dist.reduce_scatter_tensor(result, source)
+    manager.wait()
+    m.check("coalescing_manager reduce_scatter_tensor",
+            all(torch.equal(r, torch.full((n,), total)) for r, n in zip(results, (5, 2))))
+
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    pieces = [torch.full((2, 2), float(m.rank)), torch.full((3,), 1.0)]
+    backend.allreduce_coalesced(pieces).wait()
+    m.check("allreduce_coalesced", torch.equal(pieces[0], torch.full((2, 2), float(sum(range(m.world)))))
+            and torch.equal(pieces[1], torch.full((3,), float(m.world))))
+
+
+# ------------------------------------------------------------ Work objects
+
+def check_work(m):
+    # Many outstanding collectives complete in issue order with the right
+    # values; is_completed() and get_future() report them.
+    tensors = [torch.full((size,), float(m.rank + 1)) for size in (1, 10, 1000, 100_000, 300_000, 7)]
     works = [dist.all_reduce(tensor, async_op=True) for tensor in tensors]
-    total = world * (world + 1) / 2
+    total = m.world * (m.world + 1) / 2
     for work, tensor in zip(reversed(works), reversed(tensors)):
         work.wait()
-        check.same(f"async all_reduce n={tensor.numel()}", tensor, torch.full_like(tensor, total))
-        check.same(f"async is_completed n={tensor.numel()}", torch.tensor(work.is_completed()), torch.tensor(True))
-        future_value = work.get_future().value()[0]
-        check.same(f"async future n={tensor.numel()}", future_value, torch.full_like(tensor, total))
+        m.same(f"async all_reduce n={tensor.numel()}", [tensor], [torch.full_like(tensor, total)])
+        m.check(f"async is_completed n={tensor.numel()}", work.is_completed())
+        m.same(f"async future n={tensor.numel()}", work.get_future().value(), [torch.full_like(tensor, total)])
+
+    # A tensor the caller drops while its collective runs is kept alive.
+    work = dist.all_reduce(torch.full((200_000,), float(m.rank + 1)), async_op=True)
+    gc.collect()
+    work.wait()
+    m.same("dropped tensor", work.get_future().value(), [torch.full((200_000,), total)])
+
+    if m.world >= 2:
+        # wait(timeout=...) raises while the collective still runs; it then
+        # completes normally.
+        tensor = torch.ones(4)
+        if m.rank == 1:
+            time.sleep(1.0)
+            dist.all_reduce(tensor)
+        else:
+            work = dist.all_reduce(tensor, async_op=True)
+            m.raises("wait with a timeout", RuntimeError, "has not completed; it keeps running",
+                     lambda: work.wait(timeout=datetime.timedelta(milliseconds=100)))
+            work.wait()
+            m.same("completes after a wait timeout", [tensor], [torch.full((4,), float(m.world))])
+        # Errors surface in wait() and in the future.
+        work = dist.all_reduce(torch.ones(4 + m.rank), async_op=True)
+        m.raises("error in wait()", RuntimeError, "collective mismatch", work.wait)
+        m.raises("error in the future", RuntimeError, "collective mismatch", work.get_future().wait)
 
 
-def check_objects_and_groups(check, rank, world):
-    gathered = [None] * world
-    dist.all_gather_object(gathered, {"rank": rank, "text": "x" * rank})
-    check.cases += 1
-    if gathered != [{"rank": r, "text": "x" * r} for r in range(world)]:
-        check.failures.append(f"all_gather_object: {gathered}")
-    objects = [f"from {rank}", rank] if rank == 0 else [None, None]
-    dist.broadcast_object_list(objects, src=0)
-    check.cases += 1
-    if objects != ["from 0", 0]:
-        check.failures.append(f"broadcast_object_list: {objects}")
+def check_set_timeout(m):
+    """ProcessGroup.set_timeout reaches the backend: a collective that one
+    rank never joins ends after the new, shorter timeout."""
+    if m.world < 2:
+        return
+    group = dist.new_group([0, 1])
+    if m.rank in (0, 1):
+        group.set_timeout(datetime.timedelta(seconds=1))
+    if m.rank == 0:
+        start = time.monotonic()
+        m.raises("set_timeout", RuntimeError, "timeout 1 s", lambda: dist.all_reduce(torch.ones(2), group=group))
+        m.check("set_timeout bounded", time.monotonic() - start < 20)
     dist.barrier()
-    if world >= 3:
-        members = list(range(world - 1))
-        group = dist.new_group(members)
-        if rank in members:
-            tensor = torch.full((3,), float(rank))
-            dist.all_reduce(tensor, group=group)
-            check.same("all_reduce in a subgroup", tensor, torch.full((3,), float(sum(members))))
-            dist.barrier(group=group)
-        dist.barrier()
 
 
-def check_bad_input(check, rank, world):
+def check_bad_input(m):
     tensor = torch.ones(4)
-    check.raises("premul_sum", ValueError, "PREMUL_SUM is not supported",
-                 lambda: dist.all_reduce(tensor, op=dist._make_nccl_premul_sum(2.0)))
-    check.raises("bool avg", TypeError, "AVG is not supported on bool",
-                 lambda: dist.all_reduce(torch.ones(4, dtype=torch.bool), op=dist.ReduceOp.AVG))
-    check.raises("float8 dtype", TypeError, "does not support float8_e4m3fn",
-                 lambda: dist.broadcast(torch.ones(4).to(torch.float8_e4m3fn), src=0))
-    check.raises("band", ValueError, "ReduceOp.band is not supported",
-                 lambda: dist.all_reduce(torch.ones(4, dtype=torch.int32), op=dist.ReduceOp.BAND))
+    m.raises("premul_sum", ValueError, "PREMUL_SUM is not supported",
+             lambda: dist.all_reduce(tensor, op=dist._make_nccl_premul_sum(2.0)))
+    m.raises("bool avg", TypeError, "AVG is not supported on bool",
+             lambda: dist.all_reduce(torch.ones(4, dtype=torch.bool), op=dist.ReduceOp.AVG))
+    m.raises("float8 dtype", TypeError, "does not support float8_e4m3fn",
+             lambda: dist.broadcast(torch.ones(4).to(torch.float8_e4m3fn), src=0))
+    m.raises("band", ValueError, "ReduceOp.band is not supported",
+             lambda: dist.all_reduce(torch.ones(4, dtype=torch.int32), op=dist.ReduceOp.BAND))
     # torch answers meta tensors itself; hand one to the backend directly.
     backend = dist.group.WORLD._get_backend(torch.device("cpu"))
-    check.raises("device", ValueError, "handles mojo and cpu tensors",
-                 lambda: backend.allreduce([torch.ones(4, device="meta")]))
-    check.raises("all_gather sizes", ValueError, "as many elements as the input",
-                 lambda: dist.all_gather([torch.empty(3) for _ in range(world)], torch.ones(4)))
-    check.raises("into_tensor size", ValueError, "world size x input elements",
-                 lambda: dist.all_gather_into_tensor(torch.empty(world * 4 + 1), torch.ones(4)))
-    if world >= 2:
+    m.raises("device", ValueError, "handles mojo and cpu tensors; got a tensor on meta",
+             lambda: backend.allreduce([torch.ones(4, device="meta")]))
+    m.raises("all_gather sizes", ValueError, "has 3 elements where 4 are expected",
+             lambda: dist.all_gather([torch.empty(3) for _ in range(m.world)], torch.ones(4)))
+    m.raises("into_tensor size", ValueError, "world size x input elements",
+             lambda: dist.all_gather_into_tensor(torch.empty(m.world * 4 + 1), torch.ones(4)))
+    m.raises("all_to_all splits", ValueError, "split_sizes add up to",
+             lambda: dist.all_to_all_single(torch.empty(4 * m.world), torch.ones(4 * m.world),
+                                            input_split_sizes=[1] * m.world, output_split_sizes=[4] * m.world))
+    m.raises("recv from any source", ValueError, "pass src=", lambda: backend.recv_anysource([torch.empty(2)], 0))
+    if m.world >= 2:
         # Ranks that disagree all get the same error, and stay usable.
-        check.raises("mismatch", RuntimeError, "collective mismatch",
-                     lambda: dist.all_reduce(torch.ones(4 + rank)))
+        m.raises("mismatch", RuntimeError, "collective mismatch", lambda: dist.all_reduce(torch.ones(4 + m.rank)))
         after = torch.ones(2)
         dist.all_reduce(after)
-        check.same("all_reduce after a mismatch", after, torch.full((2,), float(world)))
+        m.same("all_reduce after a mismatch", [after], [torch.full((2,), float(m.world))])
+        # A message of another size than the receiver expects.
+        if m.rank == 0:
+            dist.send(torch.ones(6), 1)
+        elif m.rank == 1:
+            m.raises("message size mismatch", RuntimeError, "rank 0 sent 6 x float32", lambda: dist.recv(torch.empty(5), 0))
+        dist.barrier()
 
 
 def main():
@@ -299,21 +616,29 @@ def main():
     args = parser.parse_args()
     torch_mojo.register_mojo_devices()
     dist.init_process_group("mojo", timeout=datetime.timedelta(seconds=60))
-    rank, world = dist.get_rank(), dist.get_world_size()
-    check = Checker()
-    sizes = [0, 5, 300_003] if args.quick else SIZES
-    check_all_reduce(check, rank, world, sizes)
-    check_broadcast(check, rank, world, [0, 7, 300_003] if not args.quick else [7])
-    check_all_gather(check, rank, world, [0, 5, 100_001] if not args.quick else [5])
-    check_reduce_scatter(check, rank, world, [0, 3, 100_001] if not args.quick else [3])
-    check_async(check, rank, world)
-    check_objects_and_groups(check, rank, world)
-    check_bad_input(check, rank, world)
+    m = Matrix(dist.get_rank(), dist.get_world_size())
+    if args.quick:
+        check_all_reduce(m, [0, 5, 300_003])
+    else:
+        check_all_reduce(m, SIZES)
+        check_reduce(m)
+        check_reduce_scatter(m, [0, 3, 100_001])
+        check_broadcast(m, [0, 7, 300_003])
+        check_all_gather(m, [0, 5, 100_001])
+        check_gather_scatter(m)
+        check_all_to_all(m)
+        check_point_to_point(m)
+        check_barriers_objects_groups(m)
+        check_coalesced(m)
+        check_work(m)
+        check_bad_input(m)
+        check_set_timeout(m)
     dist.destroy_process_group()
-    print(f"checked {check.cases} cases")
-    if check.failures:
-        print(f"{len(check.failures)} failures:")
-        for failure in check.failures:
+    print(f"checked {m.cases} cases ({m.on_gloo} also on gloo)")
+    print("exercised: " + " ".join(sorted(m.exercised)))
+    if m.failures:
+        print(f"{len(m.failures)} failures:")
+        for failure in m.failures:
             print("  " + failure)
         sys.exit(1)
 

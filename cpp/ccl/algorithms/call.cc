@@ -10,13 +10,20 @@ static const char* kindName(uint32_t kind) {
     case CallKind::Broadcast: return "ncclBroadcast";
     case CallKind::AllGather: return "ncclAllGather";
     case CallKind::ReduceScatter: return "ncclReduceScatter";
+    case CallKind::Reduce: return "ncclReduce";
   }
   return "an unknown collective";
 }
 
 static bool reduces(uint32_t kind) {
   return kind == static_cast<uint32_t>(CallKind::AllReduce) ||
-         kind == static_cast<uint32_t>(CallKind::ReduceScatter);
+         kind == static_cast<uint32_t>(CallKind::ReduceScatter) ||
+         kind == static_cast<uint32_t>(CallKind::Reduce);
+}
+
+static bool hasRoot(uint32_t kind) {
+  return kind == static_cast<uint32_t>(CallKind::Broadcast) ||
+         kind == static_cast<uint32_t>(CallKind::Reduce);
 }
 
 CallSignature CallSignature::of(const Call& call) {
@@ -24,7 +31,7 @@ CallSignature CallSignature::of(const Call& call) {
   signature.kind = static_cast<uint32_t>(call.kind);
   signature.datatype = call.datatype;
   signature.op = reduces(signature.kind) ? call.op : 0;
-  signature.root = call.kind == CallKind::Broadcast ? call.root : 0;
+  signature.root = hasRoot(signature.kind) ? call.root : 0;
   signature.count = call.count;
   signature.sequence = call.sequence;
   return signature;
@@ -39,7 +46,7 @@ std::string CallSignature::describe() const {
   std::string text = std::string(kindName(kind)) + "(count=" + std::to_string(count) + ", " +
                      datatypeName(static_cast<ncclDataType_t>(datatype));
   if (reduces(kind)) text += std::string(", ") + redOpName(static_cast<ncclRedOp_t>(op));
-  if (kind == static_cast<uint32_t>(CallKind::Broadcast)) text += ", root=" + std::to_string(root);
+  if (hasRoot(kind)) text += ", root=" + std::to_string(root);
   return text + ")";
 }
 

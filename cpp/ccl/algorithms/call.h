@@ -11,7 +11,7 @@
 
 namespace mojoccl {
 
-enum class CallKind : uint32_t { AllReduce = 1, Broadcast, AllGather, ReduceScatter };
+enum class CallKind : uint32_t { AllReduce = 1, Broadcast, AllGather, ReduceScatter, Reduce };
 
 struct Call {
   CallKind kind;
@@ -20,7 +20,7 @@ struct Call {
   size_t count;  // AllGather: elements each rank sends; ReduceScatter: each rank receives
   ncclDataType_t datatype;
   ncclRedOp_t op;  // reductions only
-  int root;        // Broadcast only
+  int root;        // Broadcast and Reduce
   uint64_t sequence;
 
   // "ncclAllReduce(count=4, float32, sum)"

@@ -84,6 +84,21 @@ void allReduceTwoShot(ShmTransport& shm, uint32_t& rounds, const Call& call) {
   });
 }
 
+void reduceDirect(ShmTransport& shm, uint32_t& rounds, const Call& call) {
+  const size_t size = datatypeSize(call.datatype);
+  const int nranks = shm.size();
+  const bool isRoot = shm.commRank(shm.self()) == call.root;
+  std::vector<const void*> sources(nranks);
+  forEachChunk(call.count, shm.slotBytes() / size, [&](size_t offset, size_t count) {
+    Step step(shm, rounds, call);
+    step.shareCopyOf(bytesAt(call.send, offset, size), count * size);
+    if (!isRoot) return;
+    for (int peer = 0; peer < nranks; ++peer) sources[peer] = step.of(peer);
+    reduce(bytesAt(call.recv, offset, size), sources.data(), nranks, count, call.datatype, call.op,
+           nranks);
+  });
+}
+
 void broadcastDirect(ShmTransport& shm, uint32_t& rounds, const Call& call) {
   const size_t size = datatypeSize(call.datatype);
   const bool isRoot = shm.commRank(shm.self()) == call.root;

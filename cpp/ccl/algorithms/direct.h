@@ -19,6 +19,8 @@ void allReduceOneShot(ShmTransport& shm, uint32_t& rounds, const Call& call);
 // whatever the number of ranks.
 void allReduceTwoShot(ShmTransport& shm, uint32_t& rounds, const Call& call);
 
+// Every rank shares its chunk; the root reduces them all.
+void reduceDirect(ShmTransport& shm, uint32_t& rounds, const Call& call);
 void broadcastDirect(ShmTransport& shm, uint32_t& rounds, const Call& call);
 void allGatherDirect(ShmTransport& shm, uint32_t& rounds, const Call& call);
 void reduceScatterDirect(ShmTransport& shm, uint32_t& rounds, const Call& call);

@@ -1,24 +1,19 @@
 #include "shm.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <immintrin.h>
-#include <linux/futex.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
-#include <thread>
+#include <algorithm>
 
 #include "../bootstrap.h"
 #include "../error.h"
+#include "futex.h"
 
 namespace mojoccl {
 
@@ -27,27 +22,22 @@ namespace {
 constexpr size_t kCacheLine = 64;
 constexpr size_t kPage = 4096;
 constexpr int kSlots = 2;
-
-struct alignas(kCacheLine) Counter {
-  std::atomic<uint32_t> value;
-  std::atomic<uint32_t> waiters;
-};
-
-// Wrap-around safe "value has reached target".
-bool reached(uint32_t value, uint32_t target) {
-  return static_cast<int32_t>(value - target) >= 0;
-}
-
-void futexWait(std::atomic<uint32_t>* word, uint32_t expected, long nanoseconds) {
-  timespec timeout{0, nanoseconds};
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &timeout, nullptr, 0);
-}
-
-void futexWakeAll(std::atomic<uint32_t>* word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
-}
+constexpr long kSleepNanoseconds = 50'000'000;
+// Channels get about this much per ordered pair of ranks in all, split
+// into this many entries.
+constexpr size_t kChannelBudget = 2 << 20;
+constexpr uint32_t kEntries = 16;
+// Buffers for large messages are at least this large, so that they can be
+// reused for messages of similar sizes.
+constexpr size_t kMinBufferBytes = 1 << 20;
 
 size_t roundUp(size_t value, size_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+size_t nextPowerOfTwo(size_t value) {
+  size_t power = 1;
+  while (power < value) power <<= 1;
+  return power;
+}
 
 // A pidfd becomes readable when its process ends, zombie or not; kill(pid, 0)
 // would still succeed on a zombie whose parent has not reaped it yet.
@@ -59,86 +49,96 @@ int usableCores() {
   return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
 }
 
-std::string describeShmSpace() {
-  struct statvfs stats {};
-  if (statvfs("/dev/shm", &stats) != 0) return "";
-  auto freeMiB = static_cast<unsigned long long>(stats.f_bavail) * stats.f_frsize >> 20;
-  return " (/dev/shm has " + std::to_string(freeMiB) + " MiB free)";
-}
-
 }  // namespace
 
 struct ShmTransport::ControlBlock {
   Counter stage[kStages];
+  Counter doorbell;                // rung when a channel to or from this rank moves
   std::atomic<uint32_t> departed;  // set when the rank leaves the communicator
   alignas(kCacheLine) char notes[kSlots][kNoteBytes];
 };
 
+struct ShmTransport::ChannelControl {
+  Counter posted;    // messages the sender has posted (written by the sender)
+  Counter released;  // messages the receiver has consumed (written by the receiver)
+};
+
+// At the start of each large-message buffer.
+struct ShmTransport::BufferHeader {
+  std::atomic<uint32_t> busy;     // 1 from claim by the sender to release by the receiver
+  std::atomic<uint32_t> retired;  // the sender dropped it: receivers unmap it
+};
+constexpr size_t kBufferHeaderBytes = kPage;
+
 ShmTransport::ShmTransport(Bootstrap& bootstrap, std::vector<ShmPeer> peers, int self,
                            const std::string& segmentName, size_t slotBytes,
                            const std::atomic<bool>& aborted)
-    : peers_(std::move(peers)), self_(self), slotBytes_(roundUp(slotBytes, kPage)),
-      aborted_(aborted) {
+    : peers_(std::move(peers)), self_(self), name_(segmentName),
+      slotBytes_(roundUp(slotBytes, kPage)), aborted_(aborted), outgoing_(peers_.size()) {
+  const size_t n = peers_.size();
+  entries_ = kEntries;
+  entryBytes_ = std::clamp<size_t>(kChannelBudget / (n * n) / kEntries, 1024, 8192);
+  entryBytes_ = roundUp(entryBytes_, kCacheLine);
   // Ranks that outnumber cores must yield quickly or the rank they wait for
   // cannot run; otherwise a short spin avoids the futex round trip.
   spins_ = size() > usableCores() ? 64 : 20000;
 
-  const size_t controlBytes = roundUp(sizeof(ControlBlock) * size(), kPage);
-  segmentBytes_ = controlBytes + slotBytes_ * kSlots * size();
-  const bool leader = self_ == 0;
+  const size_t controlBytes = roundUp(sizeof(ControlBlock) * n, kPage);
+  const size_t channelBytes =
+      roundUp(sizeof(ChannelControl) + entries_ * entryBytes_, kCacheLine);
+  const size_t channelsBytes = roundUp(channelBytes * n * n, kPage);
+  const size_t segmentBytes = controlBytes + channelsBytes + slotBytes_ * kSlots * n;
 
   // The node's first rank creates the segment, the others open it once it
   // exists, and it is unlinked as soon as everyone has it mapped: nothing is
   // left in /dev/shm even if a rank is killed.
+  const bool leader = self_ == 0;
   std::string failure;
-  int fd = -1;
   if (leader) {
-    shm_unlink(segmentName.c_str());
-    fd = shm_open(segmentName.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0) {
-      failure = "shm_open(" + segmentName + "): " + strerror(errno);
-    } else {
-      int rc = posix_fallocate(fd, 0, static_cast<off_t>(segmentBytes_));
-      if (rc != 0)
-        failure = "cannot reserve " + std::to_string(segmentBytes_ >> 20) +
-                  " MiB of shared memory: " + strerror(rc) + describeShmSpace() +
-                  "; give the job a larger /dev/shm";
+    SharedSegment::unlink(name_);  // a leftover of a killed job with the same id
+    try {
+      segment_ = SharedSegment::create(name_, segmentBytes);
+    } catch (const Error& error) {
+      failure = error.what();
     }
   }
   bootstrap.agreeOnSuccess(failure.empty(), failure);
   if (!leader) {
-    fd = shm_open(segmentName.c_str(), O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0)
-      failure = "shm_open(" + segmentName + "): " + strerror(errno) +
-                " (ranks that share a host id must share /dev/shm; set MOJOCCL_HOSTID "
-                "differently for ranks in separate containers)";
+    try {
+      segment_ = SharedSegment::open(name_, segmentBytes);
+    } catch (const Error& error) {
+      failure = error.what();
+    }
   }
-  if (failure.empty()) {
-    void* mapped = mmap(nullptr, segmentBytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (mapped == MAP_FAILED)
-      failure = std::string("mmap of the shared-memory segment: ") + strerror(errno);
-    else
-      base_ = static_cast<char*>(mapped);
-  }
-  if (fd >= 0) close(fd);
   bootstrap.agreeOnSuccess(failure.empty(), failure);
-  if (leader) shm_unlink(segmentName.c_str());
-  slots_ = base_ + controlBytes;
+  if (leader) SharedSegment::unlink(name_);
+
+  channels_ = segment_.data() + controlBytes;
+  slots_ = channels_ + channelsBytes;
   for (const auto& peer : peers_) pidfds_.push_back(peer.pid == getpid() ? -1 : openPidfd(peer.pid));
 }
 
 ShmTransport::~ShmTransport() {
   for (int fd : pidfds_)
     if (fd >= 0) close(fd);
-  if (base_ == nullptr) return;
-  control(self_).departed.store(1);
-  for (auto& counter : control(self_).stage) futexWakeAll(&counter.value);
-  munmap(base_, segmentBytes_);
+  for (int peer = 0; peer < size(); ++peer)
+    for (auto& buffer : outgoing_[peer]) {
+      reinterpret_cast<BufferHeader*>(buffer.segment.data())->retired.store(1);
+      SharedSegment::unlink(bufferName(self_, peer, buffer.serial));  // if never opened
+    }
+  if (segment_.data() == nullptr) return;
+  ControlBlock& mine = control(self_);
+  mine.departed.store(1);
+  for (auto& counter : mine.stage) futexWakeAll(&counter.value);
+  for (int peer = 0; peer < size(); ++peer)
+    if (peer != self_) ring(control(peer).doorbell);  // whoever waits on us looks again
 }
 
 ShmTransport::ControlBlock& ShmTransport::control(int peer) const {
-  return reinterpret_cast<ControlBlock*>(base_)[peer];
+  return reinterpret_cast<ControlBlock*>(segment_.data())[peer];
 }
+
+// ------------------------------------------------------------- rounds
 
 char* ShmTransport::slot(int peer, uint32_t round) const {
   return slots_ + (static_cast<size_t>(peer) * kSlots + round % kSlots) * slotBytes_;
@@ -149,25 +149,19 @@ char* ShmTransport::note(int peer, uint32_t round) const {
 }
 
 void ShmTransport::publish(Stage stage, uint32_t round) {
-  Counter& counter = control(self_).stage[static_cast<int>(stage)];
-  counter.value.store(round, std::memory_order_seq_cst);
-  if (counter.waiters.load(std::memory_order_seq_cst) > 0) futexWakeAll(&counter.value);
+  mojoccl::publish(control(self_).stage[static_cast<int>(stage)], round);
 }
 
 void ShmTransport::await(int peer, Stage stage, uint32_t round) const {
   Counter& counter = control(peer).stage[static_cast<int>(stage)];
-  if (reached(counter.value.load(std::memory_order_acquire), round)) return;
   for (int i = 0; i < spins_; ++i) {
-    _mm_pause();
     if (reached(counter.value.load(std::memory_order_acquire), round)) return;
+    _mm_pause();
   }
   while (true) {
-    // Announce the sleep before the last look, so that a publisher either
-    // sees us waiting or we see its value (both are sequentially consistent).
-    counter.waiters.fetch_add(1, std::memory_order_seq_cst);
-    uint32_t seen = counter.value.load(std::memory_order_seq_cst);
-    if (!reached(seen, round)) futexWait(&counter.value, seen, 50'000'000);
-    counter.waiters.fetch_sub(1, std::memory_order_seq_cst);
+    uint32_t seen = counter.value.load(std::memory_order_acquire);
+    if (reached(seen, round)) return;
+    sleepWhile(counter, seen, kSleepNanoseconds);
     if (reached(counter.value.load(std::memory_order_acquire), round)) return;
     checkPeer(peer);
   }
@@ -176,6 +170,130 @@ void ShmTransport::await(int peer, Stage stage, uint32_t round) const {
 void ShmTransport::awaitAll(Stage stage, uint32_t round) const {
   for (int peer = 0; peer < size(); ++peer)
     if (peer != self_) await(peer, stage, round);
+}
+
+// ----------------------------------------------------------- channels
+
+ShmTransport::ChannelControl& ShmTransport::channel(int from, int to) const {
+  const size_t channelBytes = roundUp(sizeof(ChannelControl) + entries_ * entryBytes_, kCacheLine);
+  return *reinterpret_cast<ChannelControl*>(
+      channels_ + (static_cast<size_t>(from) * size() + to) * channelBytes);
+}
+
+char* ShmTransport::entryAt(int from, int to, uint32_t index) const {
+  char* first = reinterpret_cast<char*>(&channel(from, to)) + sizeof(ChannelControl);
+  return first + static_cast<size_t>(index % entries_) * entryBytes_;
+}
+
+bool ShmTransport::claimSend(int peer, Entry* entry) const {
+  ChannelControl& link = channel(self_, peer);
+  uint32_t posted = link.posted.value.load(std::memory_order_relaxed);
+  uint32_t released = link.released.value.load(std::memory_order_acquire);
+  if (posted - released >= entries_) return false;
+  char* at = entryAt(self_, peer, posted);
+  *entry = Entry{at, at + kNoteBytes};
+  return true;
+}
+
+void ShmTransport::postSend(int peer) {
+  ChannelControl& link = channel(self_, peer);
+  mojoccl::publish(link.posted, link.posted.value.load(std::memory_order_relaxed) + 1);
+  ring(control(peer).doorbell);
+}
+
+bool ShmTransport::peekReceive(int peer, Entry* entry) const {
+  ChannelControl& link = channel(peer, self_);
+  uint32_t posted = link.posted.value.load(std::memory_order_acquire);
+  uint32_t released = link.released.value.load(std::memory_order_relaxed);
+  if (posted == released) return false;
+  char* at = entryAt(peer, self_, released);
+  *entry = Entry{at, at + kNoteBytes};
+  return true;
+}
+
+void ShmTransport::releaseReceive(int peer) {
+  ChannelControl& link = channel(peer, self_);
+  mojoccl::publish(link.released, link.released.value.load(std::memory_order_relaxed) + 1);
+  ring(control(peer).doorbell);
+}
+
+// ------------------------------------------------------------ buffers
+
+std::string ShmTransport::bufferName(int from, int to, uint64_t serial) const {
+  return name_ + "-" + std::to_string(from) + "to" + std::to_string(to) + "-" +
+         std::to_string(serial);
+}
+
+ShmTransport::Buffer ShmTransport::claimOutgoingBuffer(int peer, size_t bytes) {
+  auto& pool = outgoing_[peer];
+  auto header = [](const Outgoing& buffer) {
+    return reinterpret_cast<BufferHeader*>(buffer.segment.data());
+  };
+  auto capacity = [](const Outgoing& buffer) { return buffer.segment.size() - kBufferHeaderBytes; };
+  Outgoing* best = nullptr;
+  for (auto& buffer : pool)
+    if (header(buffer)->busy.load(std::memory_order_acquire) == 0 && capacity(buffer) >= bytes &&
+        (best == nullptr || capacity(buffer) < capacity(*best)))
+      best = &buffer;
+  if (best == nullptr) {
+    // Idle buffers too small for today's messages only hold memory.
+    pool.erase(std::remove_if(pool.begin(), pool.end(),
+                              [&](const Outgoing& buffer) {
+                                bool drop = header(buffer)->busy.load() == 0 && capacity(buffer) < bytes;
+                                if (drop) {
+                                  header(buffer)->retired.store(1, std::memory_order_release);
+                                  SharedSegment::unlink(bufferName(self_, peer, buffer.serial));
+                                }
+                                return drop;
+                              }),
+               pool.end());
+    uint64_t serial = nextSerial_++;
+    size_t size = kBufferHeaderBytes + std::max(kMinBufferBytes, nextPowerOfTwo(bytes));
+    pool.push_back(Outgoing{serial, SharedSegment::create(bufferName(self_, peer, serial), size)});
+    best = &pool.back();
+  }
+  header(*best)->busy.store(1, std::memory_order_relaxed);
+  return Buffer{best->serial, capacity(*best), best->segment.data() + kBufferHeaderBytes};
+}
+
+const char* ShmTransport::incomingBuffer(int peer, uint64_t serial, size_t capacity) {
+  // Forget buffers the sender has dropped.
+  for (auto it = incoming_.begin(); it != incoming_.end();) {
+    auto* header = reinterpret_cast<BufferHeader*>(it->second.data());
+    it = header->retired.load(std::memory_order_acquire) ? incoming_.erase(it) : std::next(it);
+  }
+  auto key = std::make_pair(peer, serial);
+  auto found = incoming_.find(key);
+  if (found == incoming_.end()) {
+    std::string name = bufferName(peer, self_, serial);
+    found = incoming_.emplace(key, SharedSegment::open(name, kBufferHeaderBytes + capacity)).first;
+    SharedSegment::unlink(name);  // both ends have it mapped: nothing can leak now
+  }
+  return found->second.data() + kBufferHeaderBytes;
+}
+
+void ShmTransport::releaseIncomingBuffer(int peer, uint64_t serial) {
+  auto found = incoming_.find(std::make_pair(peer, serial));
+  if (found == incoming_.end()) return;
+  reinterpret_cast<BufferHeader*>(found->second.data())->busy.store(0, std::memory_order_release);
+}
+
+// ------------------------------------------------------------ waiting
+
+uint32_t ShmTransport::doorbell() const {
+  return control(self_).doorbell.value.load(std::memory_order_acquire);
+}
+
+void ShmTransport::awaitDoorbell(uint32_t seen, const std::vector<int>& peers) const {
+  Counter& bell = control(self_).doorbell;
+  for (int i = 0; i < spins_; ++i) {
+    if (bell.value.load(std::memory_order_acquire) != seen) return;
+    _mm_pause();
+  }
+  sleepWhile(bell, seen, kSleepNanoseconds);
+  if (bell.value.load(std::memory_order_acquire) != seen) return;
+  for (int peer : peers)
+    if (peer != self_) checkPeer(peer);
 }
 
 bool ShmTransport::peerExited(int peer) const {

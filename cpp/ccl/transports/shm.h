@@ -1,27 +1,37 @@
 // Shared-memory transport for the ranks of one node.
 //
-// One segment per node holds, for every local rank, a control block (three
-// round counters and a small note per slot) and two staging slots. Ranks
-// read each other's slots directly; a rank writes only its own. Algorithms
-// number their steps ("rounds"); round r uses slot r % 2 and publishes its
-// progress through the counters. Waiting spins briefly, then sleeps on a
-// futex, so ranks that outnumber cores do not starve the peer they wait for.
+// One segment per node holds, for every local rank:
+//   - a control block: round counters, a note per staging slot, a doorbell;
+//   - two staging slots, for the direct collectives (algorithms/direct.cc);
+//   - a channel to every other local rank, for point-to-point messages: a
+//     ring of entries, each a note and a few KiB of inline data.
+// Messages too large for an entry travel in buffers of their own, which the
+// sender keeps and reuses for later messages to the same peer.
 //
-// The transport knows nothing of collectives: what a slot or a note holds is
-// the algorithms' business.
+// A rank writes only what it owns and reads everyone's. Waiting spins
+// briefly, then sleeps on a futex, so ranks that outnumber cores do not
+// starve the peer they wait for. Every 50 ms of sleep a waiter checks that
+// the communicator was not aborted and that the peer still runs.
+//
+// The transport knows nothing of collectives or messages: what slots,
+// entries and notes hold is the algorithms' business.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
+
+#include "shm_segment.h"
 
 namespace mojoccl {
 
 class Bootstrap;
+struct Counter;
 
-// The counters every rank publishes, in the order a round passes them.
+// The round counters every rank publishes, in the order a round passes them.
 enum class Stage : int { Posted = 0, Reduced = 1, Done = 2 };
 constexpr int kStages = 3;
 constexpr size_t kNoteBytes = 64;
@@ -45,32 +55,79 @@ class ShmTransport {
   int size() const { return static_cast<int>(peers_.size()); }
   int self() const { return self_; }
   int commRank(int peer) const { return peers_[peer].commRank; }
-  size_t slotBytes() const { return slotBytes_; }
 
+  // ---- staging slots and rounds (direct collectives)
+  size_t slotBytes() const { return slotBytes_; }
   char* slot(int peer, uint32_t round) const;
   char* note(int peer, uint32_t round) const;
-
   void publish(Stage stage, uint32_t round);
   // Returns once `peer` has published `stage` for `round` (or a later one).
   // Throws if the communicator is aborted or the peer has gone.
   void await(int peer, Stage stage, uint32_t round) const;
   void awaitAll(Stage stage, uint32_t round) const;
 
+  // ---- channels (point-to-point)
+  struct Entry {
+    char* note;
+    char* data;  // inlineBytes() of room
+  };
+  size_t inlineBytes() const { return entryBytes_ - kNoteBytes; }
+  // The next free entry towards `peer`; false while its ring is full.
+  bool claimSend(int peer, Entry* entry) const;
+  void postSend(int peer);
+  // The next entry `peer` posted to us; false while there is none.
+  bool peekReceive(int peer, Entry* entry) const;
+  void releaseReceive(int peer);
+
+  // ---- buffers for messages larger than an entry
+  struct Buffer {
+    uint64_t serial;
+    size_t capacity;
+    char* data;
+  };
+  // A buffer of at least `bytes` towards `peer`, marked busy until the
+  // receiver releases it.
+  Buffer claimOutgoingBuffer(int peer, size_t bytes);
+  const char* incomingBuffer(int peer, uint64_t serial, size_t capacity);
+  void releaseIncomingBuffer(int peer, uint64_t serial);
+
+  // ---- waiting for any channel to move
+  uint32_t doorbell() const;
+  // Sleeps until the doorbell moves past `seen` (or 50 ms pass), then checks
+  // that `peers` are still there.
+  void awaitDoorbell(uint32_t seen, const std::vector<int>& peers) const;
+
  private:
   struct ControlBlock;
+  struct ChannelControl;
+  struct BufferHeader;
   ControlBlock& control(int peer) const;
+  ChannelControl& channel(int from, int to) const;
+  char* entryAt(int from, int to, uint32_t index) const;
+  std::string bufferName(int from, int to, uint64_t serial) const;
   void checkPeer(int peer) const;
   bool peerExited(int peer) const;
 
   std::vector<ShmPeer> peers_;
-  std::vector<int> pidfds_;  // -1: ourselves, or pidfd_open is unavailable
   int self_;
+  std::string name_;
   size_t slotBytes_;
-  size_t segmentBytes_ = 0;
-  char* base_ = nullptr;
+  size_t entryBytes_;
+  uint32_t entries_;
+  SharedSegment segment_;
+  char* channels_ = nullptr;
   char* slots_ = nullptr;
+  std::vector<int> pidfds_;  // -1: ourselves, or pidfd_open is unavailable
   int spins_;
   const std::atomic<bool>& aborted_;
+
+  struct Outgoing {
+    uint64_t serial;
+    SharedSegment segment;
+  };
+  std::vector<std::vector<Outgoing>> outgoing_;  // per peer
+  uint64_t nextSerial_ = 1;
+  std::map<std::pair<int, uint64_t>, SharedSegment> incoming_;
 };
 
 }  // namespace mojoccl

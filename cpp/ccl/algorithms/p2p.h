@@ -1,0 +1,37 @@
+// Point-to-point transfers over the shared-memory channels.
+//
+// Sends are buffered: a send copies its message into shared memory (inline
+// in a channel entry, or a buffer of its own when larger) and is done; the
+// receiver copies it out. A send therefore never waits for its receiver
+// (unless 16 of its messages are still unreceived), and sends and receives
+// issued in any order, in both directions at once, cannot deadlock.
+//
+// A batch (the transfers of one ncclGroupStart/End) progresses all its
+// transfers together; messages between two ranks in one direction arrive in
+// the order they were sent.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "../transports/shm.h"
+#include "mojoccl/nccl.h"
+
+namespace mojoccl {
+
+struct Transfer {
+  bool isSend;
+  int peer;      // local index of the other rank (ourselves is allowed)
+  void* buffer;  // read by a send, written by a receive
+  size_t count;
+  ncclDataType_t datatype;
+  uint64_t sequence;  // the call number, for messages
+};
+
+// Runs every transfer to completion. A receive that finds a message of
+// another size or datatype than it expects consumes it and, once the rest of
+// the batch is done, throws an error naming both sides.
+void runTransfers(ShmTransport& shm, const std::vector<Transfer>& transfers);
+
+}  // namespace mojoccl
