@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.ccl import INVALID_ARGUMENT, INVALID_USAGE, REMOTE_ERROR, Library
+from torch_mojo.mojoccl import INVALID_ARGUMENT, INVALID_USAGE, REMOTE_ERROR, Library
 from tests.harness import run_worker
 
 

@@ -274,27 +274,39 @@ ProcessGroupMojo::Job ProcessGroupMojo::makeJob(OpType type, const char* profili
   return Job{work, std::move(issue), std::move(finish), {}};
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::submit(Job job) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::submit(Job job, bool synchronous) {
   c10::intrusive_ptr<c10d::Work> work = job.work;
   if (coalescing_) {
     coalesced_.push_back(std::move(job));
     return work;
   }
+  bool runHere = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     TORCH_CHECK(!stopping_, "the mojo process group was shut down");
-    queue_.push_back(std::move(job));
+    // A blocking call on an idle group runs on the caller's thread: two
+    // thread hand-offs would cost more than a small collective itself.
+    if (synchronous && queue_.empty() && !running_) {
+      startRunning(job);
+      runHere = true;
+    } else {
+      queue_.push_back(std::move(job));
+    }
   }
-  queueChanged_.notify_all();
+  if (runHere)
+    execute(job);
+  else
+    workAvailable_.notify_one();
   return work;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::enqueue(
     OpType type, const char* profilingTitle, const std::string& description,
     const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs,
-    std::function<void()> issue, std::function<void()> finish) {
+    std::function<void()> issue, std::function<void()> finish, bool synchronous) {
   return submit(makeJob(type, profilingTitle, description, inputs, std::move(outputs),
-                        std::move(issue), std::move(finish)));
+                        std::move(issue), std::move(finish)),
+                synchronous);
 }
 
 void ProcessGroupMojo::startCoalescing() {
@@ -339,40 +351,54 @@ void ProcessGroupMojo::runJob(Job& job) {
   if (job.finish) job.finish();
 }
 
+void ProcessGroupMojo::startRunning(const Job& job) {
+  running_ = true;
+  runningJob_ = job.work->description();
+  runningSince_ = std::chrono::steady_clock::now();
+}
+
+void ProcessGroupMojo::execute(Job& job) {
+  std::exception_ptr error;
+  try {
+    runJob(job);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // After an abort the library only knows "aborted"; say why.
+    error = aborted_ ? distBackendError(abortReason_) : std::current_exception();
+  }
+  bool queued;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    running_ = false;
+    queued = !queue_.empty();
+  }
+  // Only when a job waits: waking threads for nothing costs a core's time
+  // that the peers' ranks need.
+  if (queued) workAvailable_.notify_one();
+  for (auto& member : job.members) member->complete(error);
+  job.work->complete(error);
+}
+
 void ProcessGroupMojo::workerLoop() {
   while (true) {
     Job job;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      queueChanged_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      // One job at a time, whether it runs here or on a caller's thread.
+      workAvailable_.wait(lock, [this] { return !running_ && (stopping_ || !queue_.empty()); });
       if (queue_.empty()) return;
       job = std::move(queue_.front());
       queue_.pop_front();
-      running_ = true;
-      runningJob_ = job.work->description();
-      runningSince_ = std::chrono::steady_clock::now();
+      startRunning(job);
     }
-    std::exception_ptr error;
-    try {
-      runJob(job);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      // After an abort the library only knows "aborted"; say why.
-      error = aborted_ ? distBackendError(abortReason_) : std::current_exception();
-    }
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      running_ = false;
-    }
-    for (auto& member : job.members) member->complete(error);
-    job.work->complete(error);
+    execute(job);
   }
 }
 
 void ProcessGroupMojo::monitorLoop() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!(stopping_ && !running_ && queue_.empty())) {
-    queueChanged_.wait_for(lock, std::chrono::milliseconds(200));
+    monitorWake_.wait_for(lock, std::chrono::milliseconds(200));
     if (!running_ || aborted_) continue;
     auto age = std::chrono::steady_clock::now() - runningSince_;
     auto timeout = timeout_.load();
@@ -398,9 +424,9 @@ void ProcessGroupMojo::stopThreads() {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
-  queueChanged_.notify_all();
+  workAvailable_.notify_all();
   if (worker_.joinable()) worker_.join();
-  queueChanged_.notify_all();
+  monitorWake_.notify_all();
   if (monitor_.joinable()) monitor_.join();
 }
 
@@ -453,7 +479,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::allreduce(std::vector<at::Tenso
                                         ncclDatatypeOf(buffer), op, comm_, nullptr),
               "ncclAllReduce");
       },
-      [tensor, buffer] { copyBack(tensor, buffer); });
+      [tensor, buffer] { copyBack(tensor, buffer); }, !opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::allreduce_coalesced(
@@ -480,7 +506,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::allreduce_coalesced(
               buffer.narrow(0, offset, tensor.numel()).view(tensor.sizes()));
           offset += tensor.numel();
         }
-      });
+      },
+      !opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::reduce(std::vector<at::Tensor>& tensors,
@@ -499,7 +526,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::reduce(std::vector<at::Tensor>&
                                      ncclDatatypeOf(buffer), op, root, comm_, nullptr),
               "ncclReduce");
       },
-      [tensor, buffer] { copyBack(tensor, buffer); });
+      [tensor, buffer] { copyBack(tensor, buffer); }, !opts.asyncOp);
 }
 
 void ProcessGroupMojo::checkReduceScatterFrom(const at::Tensor& output,
@@ -546,7 +573,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::reduce_scatter_tensor_coalesced
       },
       [outputs, buffers] {
         for (size_t i = 0; i < outputs.size(); ++i) copyBack(outputs[i], buffers[i]);
-      });
+      },
+      !opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::reduce_scatter(
@@ -580,7 +608,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::broadcast(std::vector<at::Tenso
                                         ncclDatatypeOf(buffer), root, comm_, nullptr),
               "ncclBroadcast");
       },
-      [tensor, buffer] { copyBack(tensor, buffer); });
+      [tensor, buffer] { copyBack(tensor, buffer); }, !opts.asyncOp);
 }
 
 // ------------------------------------------------------------ all-gathers
@@ -601,7 +629,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::_allgather_base(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& /*opts*/) {
+    const c10d::AllgatherOptions& opts) {
   TORCH_CHECK_VALUE(!inputs.empty() && outputs.size() == inputs.size(),
                     "all_gather_into_tensor needs as many outputs as inputs, and at least one");
   std::vector<at::Tensor> sources, buffers;
@@ -625,7 +653,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::allgather_into_tensor_coalesced
       },
       [outputs, buffers] {
         for (size_t i = 0; i < outputs.size(); ++i) copyBack(outputs[i], buffers[i]);
-      });
+      },
+      !opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::allgather(
@@ -637,7 +666,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::allgather(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& /*opts*/) {
+    const c10d::AllgatherOptions& opts) {
   TORCH_CHECK_VALUE(!inputs.empty() && outputLists.size() == inputs.size(),
                     "all_gather needs one output list per input");
   std::vector<at::Tensor> sources, gathered, targets;
@@ -674,7 +703,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::allgather_coalesced(
                 gathered[i].narrow(0, peer * numel, numel).view(target.sizes()));
           }
         }
-      });
+      },
+      !opts.asyncOp);
 }
 
 // --------------------------------------------- gather, scatter, all-to-all
@@ -752,7 +782,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::scatter(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& outputSplitSizes,
-    std::vector<int64_t>& inputSplitSizes, const c10d::AllToAllOptions& /*opts*/) {
+    std::vector<int64_t>& inputSplitSizes, const c10d::AllToAllOptions& opts) {
   checkTensor(input);
   checkLike(output, input, "the all_to_all_single output");
   // Split sizes count rows (the first dimension); empty means equal parts.
@@ -803,7 +833,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::alltoall_base(
       [this, output, buffer, sendParts, recvParts] {
         const_cast<at::Tensor&>(recvParts[rank_]).copy_(sendParts[rank_]);
         copyBack(output, buffer);
-      });
+      },
+      !opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::alltoall(std::vector<at::Tensor>& outputs,
@@ -866,14 +897,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::recvAnysource(std::vector<at::T
                            "(nor by NCCL): pass src=");
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::barrier(const c10d::BarrierOptions& /*opts*/) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::barrier(const c10d::BarrierOptions& opts) {
   // As ProcessGroupNCCL does: an all-reduce of one element.
   at::Tensor token = at::zeros({1}, at::TensorOptions().dtype(at::kByte));
   return enqueue(OpType::BARRIER, "mojo:barrier", "barrier", {}, {token}, [this, token] {
     check(library_->api().allReduce(token.data_ptr(), token.data_ptr(), 1, ncclUint8, ncclSum,
                                     comm_, nullptr),
           "ncclAllReduce");
-  });
+  }, nullptr, !opts.asyncOp);
 }
 
 }  // namespace torch_mojo

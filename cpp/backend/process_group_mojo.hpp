@@ -144,16 +144,20 @@ class ProcessGroupMojo : public c10d::Backend {
   Job makeJob(c10d::OpType type, const char* profilingTitle, const std::string& description,
               const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs,
               std::function<void()> issue, std::function<void()> finish);
-  // Queues a job behind earlier ones (or into the open coalesced batch).
-  c10::intrusive_ptr<c10d::Work> submit(Job job);
+  // Queues a job behind earlier ones (or into the open coalesced batch); a
+  // synchronous one on an idle group runs at once on the caller's thread.
+  c10::intrusive_ptr<c10d::Work> submit(Job job, bool synchronous = false);
   // makeJob, then submit.
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* profilingTitle,
                                          const std::string& description,
                                          const std::vector<at::Tensor>& inputs,
                                          std::vector<at::Tensor> outputs,
                                          std::function<void()> issue,
-                                         std::function<void()> finish = nullptr);
+                                         std::function<void()> finish = nullptr,
+                                         bool synchronous = false);
   void workerLoop();
+  void startRunning(const Job& job);  // with mutex_ held
+  void execute(Job& job);             // runs the job, then completes its Works
   void runJob(Job& job);
   void monitorLoop();
   void createCommunicator(const c10::intrusive_ptr<c10d::Store>& store);
@@ -179,7 +183,8 @@ class ProcessGroupMojo : public c10d::Backend {
   std::vector<Job> coalesced_;
 
   std::mutex mutex_;  // guards the queue, the running job and the state below
-  std::condition_variable queueChanged_;
+  std::condition_variable workAvailable_;  // the worker waits for a job it may run
+  std::condition_variable monitorWake_;    // ends the monitor's nap at shutdown
   std::deque<Job> queue_;
   bool stopping_ = false;
   bool aborted_ = false;

@@ -11,7 +11,26 @@ import time
 
 import numpy as np
 
-from tests.ccl import CclError, Library, shared_unique_id
+from torch_mojo.mojoccl import CclError, Library
+
+
+def shared_unique_id(library: Library, rank: int, scratch: str, timeout=30) -> bytes:
+    """Rank 0 makes the unique id; the others read it from a file, as a
+    launcher's store would carry it."""
+    path = os.path.join(scratch, "unique_id")
+    if rank == 0:
+        uid = library.unique_id()
+        with open(path + ".tmp", "wb") as file:
+            file.write(uid)
+        os.rename(path + ".tmp", path)
+        return uid
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError("rank 0 never published the unique id")
+        time.sleep(0.01)
+    with open(path, "rb") as file:
+        return file.read()
 
 
 def attempt(label, call):

@@ -1,0 +1,413 @@
+"""`torch-mojo bench`: nccl-tests-style tables, mojo against gloo and MPI.
+
+Each rank runs this module; launch it with torchrun or with mpirun/srun:
+
+    torchrun --standalone --nproc-per-node=2 -m torch_mojo.bench
+    mpirun -np 2 python -m torch_mojo.bench            # adds the MPI columns
+
+For every collective and size it times, in the same processes and on the
+same machine:
+  mojo      dist.<collective> on a `mojo` process group (through torch)
+  pool      the same, on tensors from the registered shared-memory pool
+  gloo      dist.<collective> on a gloo group over the same ranks
+  mojoccl   libmojoccl's NCCL API called directly (the library alone)
+  mpi       mpi4py on the same buffers (when launched by MPI)
+
+Times are the median over iterations of one call each, taken as the
+slowest rank's median. Bandwidths follow nccl-tests: algbw = bytes / time,
+busbw = algbw x the collective's factor (all-reduce 2(n-1)/n, all-gather,
+reduce-scatter and all-to-all (n-1)/n, broadcast 1). "#wrong" counts the
+elements of a checked run that differ from the expected result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import os
+import socket
+import statistics
+import sys
+import time
+
+COLLECTIVES = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"]
+DEFAULT_SIZES = "8,64,512,4K,32K,256K,1M,4M,16M,64M,256M"
+BUS_FACTOR = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "all_to_all": lambda n: (n - 1) / n,
+}
+
+
+def parse_size(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+
+
+def human(size: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            return f"{size // scale} {unit}"
+    return f"{size} B"
+
+
+# -------------------------------------------------------------- launching
+
+def launched_by_mpi() -> bool:
+    return any(name in os.environ for name in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"))
+
+
+def rank_and_world(mpi_comm):
+    """From torchrun's variables, else from MPI (mpirun, or srun with PMI)."""
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if mpi_comm is not None:
+        return mpi_comm.Get_rank(), mpi_comm.Get_size()
+    raise SystemExit("torch-mojo bench: launch it with torchrun, mpirun or srun (no RANK/WORLD_SIZE found)")
+
+
+def rendezvous(mpi_comm, rank):
+    """MASTER_ADDR/PORT for torch: torchrun sets them; under MPI rank 0 picks
+    them and broadcasts."""
+    if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
+        return
+    address = None
+    if rank == 0:
+        with socket.socket() as sock:
+            sock.bind(("", 0))
+            address = (socket.gethostname(), sock.getsockname()[1])
+    address = mpi_comm.bcast(address, root=0)
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = address[0], str(address[1])
+
+
+# ------------------------------------------------------------ the runners
+
+class Runner:
+    """Makes buffers for a collective and size, and runs it once."""
+
+    name = ""
+
+    def __init__(self, world, rank):
+        self.world, self.rank = world, rank
+
+    def buffers(self, collective, count):
+        import torch
+
+        n = self.world
+        send_count = {"all_gather": count // n, "broadcast": count}.get(collective, count)
+        recv_count = {"reduce_scatter": count // n}.get(collective, count)
+        send = self.allocate(send_count)
+        recv = send if collective == "broadcast" else self.allocate(recv_count)
+        send.copy_(self.input_values(collective, send_count))
+        return send, recv
+
+    def allocate(self, count):
+        import torch
+
+        return torch.empty(count, dtype=torch.float32)
+
+    def input_values(self, collective, count):
+        """Small integers: every result is exact in float32."""
+        import torch
+
+        if collective == "all_to_all":
+            return (torch.arange(count, dtype=torch.float32) % 7) + self.rank
+        return torch.full((count,), float(self.rank + 1))
+
+    def expected(self, collective, count):
+        import torch
+
+        n, rank = self.world, self.rank
+        if collective == "all_reduce":
+            return torch.full((count,), n * (n + 1) / 2)
+        if collective == "broadcast":
+            return torch.full((count,), 1.0)
+        if collective == "all_gather":
+            return torch.arange(1, n + 1, dtype=torch.float32).repeat_interleave(count // n)
+        if collective == "reduce_scatter":
+            return torch.full((count // n,), n * (n + 1) / 2)
+        part = count // n  # all_to_all: part r of rank p's input lands at p
+        chunks = [(torch.arange(count, dtype=torch.float32) % 7)[rank * part:(rank + 1) * part] + p
+                  for p in range(n)]
+        return torch.cat(chunks)
+
+    def barrier(self):
+        raise NotImplementedError
+
+    def run(self, collective, send, recv):
+        raise NotImplementedError
+
+
+class TorchRunner(Runner):
+    def __init__(self, world, rank, name, group, pool=None):
+        super().__init__(world, rank)
+        self.name, self.group, self.pool = name, group, pool
+
+    def allocate(self, count):
+        return self.pool.empty(count) if self.pool is not None else super().allocate(count)
+
+    def barrier(self):
+        import torch.distributed as dist
+
+        dist.barrier(group=self.group)
+
+    def run(self, collective, send, recv):
+        import torch.distributed as dist
+
+        if collective == "all_reduce":
+            dist.all_reduce(send, group=self.group)
+        elif collective == "all_gather":
+            dist.all_gather_into_tensor(recv, send, group=self.group)
+        elif collective == "reduce_scatter":
+            dist.reduce_scatter_tensor(recv, send, group=self.group)
+        elif collective == "broadcast":
+            dist.broadcast(send, src=0, group=self.group)
+        else:
+            dist.all_to_all_single(recv, send, group=self.group)
+        return send if collective in ("all_reduce", "broadcast") else recv
+
+
+class LibraryRunner(Runner):
+    name = "mojoccl"
+
+    def __init__(self, world, rank, gloo_group):
+        import torch.distributed as dist
+
+        from torch_mojo.mojoccl import Library
+
+        super().__init__(world, rank)
+        self.library = Library()
+        box = [self.library.unique_id() if rank == 0 else None]
+        dist.broadcast_object_list(box, src=0, group=gloo_group)
+        self.comm = self.library.init(world, box[0], rank)
+        self.token = None
+
+    def barrier(self):
+        import torch
+
+        if self.token is None:
+            self.token = torch.zeros(1)
+        self.library.all_reduce(self.comm, self.token, self.token)
+
+    def run(self, collective, send, recv):
+        library, comm = self.library, self.comm
+        if collective == "all_reduce":
+            library.all_reduce(comm, send, send)
+            return send
+        if collective == "all_gather":
+            library.all_gather(comm, send, recv)
+        elif collective == "reduce_scatter":
+            library.reduce_scatter(comm, send, recv)
+        elif collective == "broadcast":
+            library.broadcast(comm, send, 0)
+            return send
+        else:
+            library.all_to_all(comm, send, recv, self.world)
+        return recv
+
+
+class MpiRunner(Runner):
+    name = "mpi"
+
+    def __init__(self, world, rank, comm):
+        super().__init__(world, rank)
+        self.comm = comm
+
+    def barrier(self):
+        self.comm.Barrier()
+
+    def run(self, collective, send, recv):
+        from mpi4py import MPI
+
+        a, b = send.numpy(), recv.numpy()
+        if collective == "all_reduce":
+            self.comm.Allreduce(MPI.IN_PLACE, a, op=MPI.SUM)
+            return send
+        if collective == "all_gather":
+            self.comm.Allgather(a, b)
+        elif collective == "reduce_scatter":
+            self.comm.Reduce_scatter_block(a, b, op=MPI.SUM)
+        elif collective == "broadcast":
+            self.comm.Bcast(a, root=0)
+            return send
+        else:
+            self.comm.Alltoall(a, b)
+        return recv
+
+
+# ------------------------------------------------------------ measuring
+
+def measure(runner, collective, count, min_seconds, max_iterations, agree):
+    """Median seconds per call on this rank, and #wrong of a checked run.
+    `agree(value)` returns the largest value over all ranks: every rank must
+    run the same number of iterations."""
+    send, recv = runner.buffers(collective, count)
+    result = runner.run(collective, send, recv)  # checked run, from known inputs
+    wrong = int((result != runner.expected(collective, count)).sum().item())
+    warmup = []
+    for _ in range(3):
+        began = time.perf_counter()
+        runner.run(collective, send, recv)
+        warmup.append(time.perf_counter() - began)
+    iterations = agree(int(min(max_iterations, max(5, min_seconds / max(min(warmup), 1e-7)))))
+    runner.barrier()
+    times = []
+    for _ in range(iterations):
+        began = time.perf_counter()
+        runner.run(collective, send, recv)
+        times.append(time.perf_counter() - began)
+    return statistics.median(times), wrong
+
+
+def slowest(value, gloo_group, world):
+    import torch
+    import torch.distributed as dist
+
+    gathered = [None] * world
+    dist.all_gather_object(gathered, value, group=gloo_group)
+    return max(gathered)
+
+
+# ------------------------------------------------------------ reporting
+
+def write_outputs(rows, prefix, world):
+    with open(prefix + ".csv", "w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"# matplotlib is not installed: no {prefix}.png", flush=True)
+        return
+    collectives = sorted({row["collective"] for row in rows}, key=COLLECTIVES.index)
+    figure, axes = plt.subplots(1, len(collectives), figsize=(4.2 * len(collectives), 3.6), squeeze=False)
+    for axis, collective in zip(axes[0], collectives):
+        for backend in dict.fromkeys(row["backend"] for row in rows):
+            points = [(row["size_bytes"], row["busbw_GBps"]) for row in rows
+                      if row["collective"] == collective and row["backend"] == backend]
+            if points:
+                axis.plot(*zip(*points), marker="o", label=backend)
+        axis.set_xscale("log", base=2)
+        axis.set_title(f"{collective}, {world} ranks")
+        axis.set_xlabel("size (bytes)")
+        axis.set_ylabel("busbw (GB/s)")
+        axis.grid(True, alpha=0.3)
+    axes[0][0].legend()
+    figure.tight_layout()
+    figure.savefig(prefix + ".png", dpi=110)
+
+
+def print_table(collective, sizes, results, backends, world):
+    baselines = [name for name in ("gloo", "mpi") if name in backends]
+    header = f"{'size':>9} {'count':>10} {'type':>7} {'redop':>5}"
+    for name in backends:
+        header += f" | {name:>8}: {'time(us)':>9} {'busbw':>7} {'#wrong':>6}"
+    for base in baselines:
+        for name in backends:
+            if name not in baselines:
+                header += f" | {name}/{base:<4}"
+    print(f"\n# {collective}, {world} ranks, float32; busbw in GB/s")
+    print(header)
+    for size in sizes:
+        line = f"{size:>9} {size // 4:>10} {'float':>7} {'sum' if 'reduce' in collective else 'none':>5}"
+        for name in backends:
+            seconds, busbw, wrong = results[(name, size)]
+            line += f" | {'':>8}  {seconds * 1e6:>9.1f} {busbw:>7.2f} {wrong:>6}"
+        for base in baselines:
+            for name in backends:
+                if name not in baselines:
+                    ratio = results[(name, size)][1] / max(results[(base, size)][1], 1e-12)
+                    line += f" | {ratio:>{len(name) + len(base) + 1}.1f}x"
+        print(line, flush=True)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="torch-mojo bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--collectives", default=",".join(COLLECTIVES))
+    parser.add_argument("--sizes", default=DEFAULT_SIZES, help="bytes; K/M/G suffixes allowed")
+    parser.add_argument("--backends", default="mojo,pool,gloo,mojoccl,mpi",
+                        help="any of mojo, pool, gloo, mojoccl, mpi (mpi only under MPI)")
+    parser.add_argument("--min-seconds", type=float, default=0.3, help="time per size and backend")
+    parser.add_argument("--max-iterations", type=int, default=2000)
+    parser.add_argument("--output", default="bench", help="prefix of the .csv and .png written by rank 0")
+    args = parser.parse_args(argv)
+
+    mpi_comm = None
+    if launched_by_mpi():
+        from mpi4py import MPI
+
+        mpi_comm = MPI.COMM_WORLD
+    rank, world = rank_and_world(mpi_comm)
+    if mpi_comm is not None:
+        rendezvous(mpi_comm, rank)
+
+    import torch
+    import torch.distributed as dist
+
+    import torch_mojo
+
+    torch.set_num_threads(1)
+    os.environ.setdefault("TORCH_MOJO_BACKEND_TRACE", "0")
+    torch_mojo.register_mojo_devices()
+    dist.init_process_group("mojo", rank=rank, world_size=world, timeout=datetime.timedelta(minutes=10))
+    gloo = dist.new_group(backend="gloo")
+
+    wanted = args.backends.split(",")
+    runners = []
+    for name in wanted:
+        if name == "mojo":
+            runners.append(TorchRunner(world, rank, "mojo", None))
+        elif name == "pool":
+            pool = _pool_or_none()
+            if pool is not None:
+                runners.append(TorchRunner(world, rank, "pool", None, pool))
+        elif name == "gloo":
+            runners.append(TorchRunner(world, rank, "gloo", gloo))
+        elif name == "mojoccl":
+            runners.append(LibraryRunner(world, rank, gloo))
+        elif name == "mpi" and mpi_comm is not None:
+            runners.append(MpiRunner(world, rank, mpi_comm))
+    sizes = [parse_size(text) for text in args.sizes.split(",")]
+    rows = []
+    for collective in args.collectives.split(","):
+        results = {}
+        for size in sizes:
+            count = max(world, size // 4 // world * world)  # whole parts for every rank
+            for runner in runners:
+                seconds, wrong = measure(runner, collective, count, args.min_seconds, args.max_iterations,
+                                         lambda value: slowest(value, gloo, world))
+                seconds = slowest(seconds, gloo, world)
+                wrong = slowest(wrong, gloo, world)
+                algbw = count * 4 / seconds / 1e9
+                busbw = algbw * BUS_FACTOR[collective](world)
+                results[(runner.name, size)] = (seconds, busbw, wrong)
+                rows.append({"collective": collective, "size_bytes": size, "count": count, "type": "float32",
+                             "backend": runner.name, "ranks": world, "time_us": round(seconds * 1e6, 2),
+                             "algbw_GBps": round(algbw, 3), "busbw_GBps": round(busbw, 3), "wrong": wrong})
+        if rank == 0:
+            print_table(collective, sizes, results, [r.name for r in runners], world)
+    if rank == 0:
+        write_outputs(rows, args.output, world)
+        print(f"\n# wrote {args.output}.csv and {args.output}.png")
+    dist.destroy_process_group()
+
+
+def _pool_or_none():
+    try:
+        from torch_mojo import memory
+    except ImportError:
+        return None
+    return memory.default_pool()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

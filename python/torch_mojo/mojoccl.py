@@ -1,0 +1,122 @@
+"""libmojoccl through its C API (ctypes), without torch's process group in
+between: what `torch-mojo bench` measures as "the library alone", and what
+the tests use to drive the library directly.
+
+Buffers may be torch tensors or numpy arrays (contiguous, on the CPU).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+from torch_mojo._paths import mojoccl_path
+
+SUCCESS, SYSTEM_ERROR, INTERNAL_ERROR, INVALID_ARGUMENT, INVALID_USAGE, REMOTE_ERROR = 0, 2, 3, 4, 5, 6
+SUM, PROD, MAX, MIN, AVG = 0, 1, 2, 3, 4
+
+# ncclDataType_t codes, by dtype name (torch's and numpy's agree on these).
+DATATYPES = {
+    "int8": 0, "uint8": 1, "int32": 2, "uint32": 3, "int64": 4, "uint64": 5,
+    "float16": 6, "float32": 7, "float64": 8, "bfloat16": 9, "bool": 1,
+}
+
+
+class CclError(RuntimeError):
+    def __init__(self, code, message):
+        super().__init__(f"[{code}] {message}")
+        self.code = code
+        self.message = message
+
+
+class UniqueId(ctypes.Structure):
+    _fields_ = [("internal", ctypes.c_char * 128)]
+
+
+def _address(buffer):
+    return buffer.data_ptr() if hasattr(buffer, "data_ptr") else buffer.ctypes.data
+
+
+def _count(buffer):
+    return buffer.numel() if hasattr(buffer, "numel") else buffer.size
+
+
+def datatype_of(buffer) -> int:
+    name = str(buffer.dtype).removeprefix("torch.")
+    return DATATYPES[name]
+
+
+class Library:
+    def __init__(self, path=None):
+        self.lib = lib = ctypes.CDLL(path or mojoccl_path())
+        pointer, size, comm, code = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_int
+        lib.ncclGetLastError.restype = ctypes.c_char_p
+        lib.ncclGetLastError.argtypes = [comm]
+        lib.ncclGetErrorString.restype = ctypes.c_char_p
+        lib.ncclCommInitRank.argtypes = [ctypes.POINTER(comm), code, UniqueId, code]
+        for name in ("ncclCommDestroy", "ncclCommAbort"):
+            getattr(lib, name).argtypes = [comm]
+        lib.ncclCommGetAsyncError.argtypes = [comm, ctypes.POINTER(code)]
+        lib.ncclAllReduce.argtypes = [pointer, pointer, size, code, code, comm, pointer]
+        lib.ncclReduce.argtypes = [pointer, pointer, size, code, code, code, comm, pointer]
+        lib.ncclBroadcast.argtypes = [pointer, pointer, size, code, code, comm, pointer]
+        lib.ncclAllGather.argtypes = [pointer, pointer, size, code, comm, pointer]
+        lib.ncclReduceScatter.argtypes = [pointer, pointer, size, code, code, comm, pointer]
+        lib.ncclSend.argtypes = [pointer, size, code, code, comm, pointer]
+        lib.ncclRecv.argtypes = [pointer, size, code, code, comm, pointer]
+
+    def check(self, code):
+        if code != SUCCESS:
+            raise CclError(code, self.lib.ncclGetLastError(None).decode())
+
+    def version(self):
+        value = ctypes.c_int()
+        self.check(self.lib.ncclGetVersion(ctypes.byref(value)))
+        return value.value
+
+    def unique_id(self) -> bytes:
+        uid = UniqueId()
+        self.check(self.lib.ncclGetUniqueId(ctypes.byref(uid)))
+        return ctypes.string_at(ctypes.addressof(uid), 128)
+
+    def init(self, nranks, uid: bytes, rank):
+        handle = ctypes.c_void_p()
+        value = UniqueId()
+        ctypes.memmove(ctypes.addressof(value), uid, 128)
+        self.check(self.lib.ncclCommInitRank(ctypes.byref(handle), nranks, value, rank))
+        return handle
+
+    def destroy(self, comm):
+        self.check(self.lib.ncclCommDestroy(comm))
+
+    def all_reduce(self, comm, send, recv, op=SUM, count=None, datatype=None):
+        self.check(self.lib.ncclAllReduce(
+            _address(send), _address(recv), _count(send) if count is None else count,
+            datatype_of(send) if datatype is None else datatype, op, comm, None))
+
+    def broadcast(self, comm, buffer, root):
+        self.check(self.lib.ncclBroadcast(_address(buffer), _address(buffer), _count(buffer),
+                                          datatype_of(buffer), root, comm, None))
+
+    def all_gather(self, comm, send, recv):
+        self.check(self.lib.ncclAllGather(_address(send), _address(recv), _count(send),
+                                          datatype_of(send), comm, None))
+
+    def reduce_scatter(self, comm, send, recv, op=SUM):
+        self.check(self.lib.ncclReduceScatter(_address(send), _address(recv), _count(recv),
+                                              datatype_of(recv), op, comm, None))
+
+    def all_to_all(self, comm, send, recv, nranks):
+        """Equal parts, as a group of sends and receives (NCCL has no all-to-all call)."""
+        part = _count(send) // nranks
+        size = send.element_size() if hasattr(send, "element_size") else send.itemsize
+        datatype = datatype_of(send)
+        self.check(self.lib.ncclGroupStart())
+        for peer in range(nranks):
+            self.check(self.lib.ncclSend(_address(send) + peer * part * size, part, datatype, peer, comm, None))
+            self.check(self.lib.ncclRecv(_address(recv) + peer * part * size, part, datatype, peer, comm, None))
+        self.check(self.lib.ncclGroupEnd())
+
+    def async_error(self, comm):
+        value = ctypes.c_int()
+        self.check(self.lib.ncclCommGetAsyncError(comm, ctypes.byref(value)))
+        return value.value
