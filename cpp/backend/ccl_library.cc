@@ -55,6 +55,8 @@ CclLibrary::CclLibrary(const std::string& path, const std::string& kind) : kind_
   resolve(handle_, path_, "ncclRecv", api_.recv);
   resolve(handle_, path_, "ncclGroupStart", api_.groupStart);
   resolve(handle_, path_, "ncclGroupEnd", api_.groupEnd);
+  api_.memAlloc = reinterpret_cast<decltype(api_.memAlloc)>(dlsym(handle_, "ncclMemAlloc"));
+  api_.memFree = reinterpret_cast<decltype(api_.memFree)>(dlsym(handle_, "ncclMemFree"));
   check(api_.getVersion(&version_), "ncclGetVersion", nullptr);
 }
 

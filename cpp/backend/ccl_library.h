@@ -45,6 +45,9 @@ struct CclApi {
   ncclResult_t (*recv)(void*, size_t, ncclDataType_t, int, ncclComm_t, ncclStream_t);
   ncclResult_t (*groupStart)();
   ncclResult_t (*groupEnd)();
+  // Optional (NCCL 2.19+): null when the library lacks them.
+  ncclResult_t (*memAlloc)(void**, size_t);
+  ncclResult_t (*memFree)(void*);
 };
 
 class CclLibrary {

@@ -11,6 +11,8 @@
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
 
+#include "backend/shared_pool.h"
+
 namespace torch_mojo {
 
 namespace {
@@ -159,6 +161,17 @@ std::exception_ptr distBackendError(const std::string& message) {
 }
 
 }  // namespace
+
+at::Tensor sharedTensor(int64_t numel, const at::TensorOptions& options) {
+  TORCH_CHECK_VALUE(numel >= 0, "a tensor needs a size of 0 or more, got ", numel);
+  TORCH_CHECK_VALUE(!options.has_device() || options.device().is_cpu(),
+                    "the registered pool holds CPU tensors; got device ", options.device());
+  std::shared_ptr<SharedPool> pool = SharedPool::forHost();
+  const size_t bytes = static_cast<size_t>(numel) * c10::elementSize(c10::typeMetaToScalarType(options.dtype()));
+  void* memory = pool->allocate(bytes);
+  return at::from_blob(memory, {numel}, [pool](void* block) { pool->release(block); },
+                       options.device(at::kCPU));
+}
 
 // ------------------------------------------------------------------ Work
 

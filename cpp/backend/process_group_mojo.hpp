@@ -32,6 +32,10 @@
 
 namespace torch_mojo {
 
+// A CPU tensor of `numel` elements in the registered pool (SharedPool):
+// collectives on it read peers' memory in place.
+at::Tensor sharedTensor(int64_t numel, const at::TensorOptions& options);
+
 class WorkMojo : public c10d::Work {
  public:
   WorkMojo(int rank, c10d::OpType type, uint64_t sequence, std::string description,
@@ -113,6 +117,12 @@ class ProcessGroupMojo : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
                                                int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+  // c10d's hook for a backend's communication memory: the registered pool.
+  bool supportsTensorAlloc(c10::DeviceIndex /*device*/) override { return true; }
+  at::Tensor allocateTensor(long size, at::TensorOptions options) override {
+    return sharedTensor(size, options);
+  }
 
   bool supportsCoalescing() const override { return true; }
   void startCoalescing() override;

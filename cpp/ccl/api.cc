@@ -11,6 +11,7 @@
 #include "comm.h"
 #include "error.h"
 #include "mojoccl/nccl.h"
+#include "transports/shared_regions.h"
 
 #define MOJOCCL_API extern "C" __attribute__((visibility("default")))
 
@@ -176,6 +177,30 @@ MOJOCCL_API ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
   if (comm == nullptr || rank == nullptr) return ncclInvalidArgument;
   *rank = comm->impl.rank();
   return ncclSuccess;
+}
+
+MOJOCCL_API ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
+  if (ptr == nullptr) return ncclInvalidArgument;
+  return guarded([&] { *ptr = mojoccl::allocateSharedRegion(size); });
+}
+
+MOJOCCL_API ncclResult_t ncclMemFree(void* ptr) {
+  return guarded([&] { mojoccl::freeSharedRegion(ptr); });
+}
+
+MOJOCCL_API ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size,
+                                          void** handle) {
+  if (comm == nullptr || handle == nullptr) return ncclInvalidArgument;
+  return guarded([&] {
+    if (!mojoccl::describeBuffer(buff, size).shared())
+      mojoccl::fail(ncclInvalidArgument, "ncclCommRegister: the buffer is not ncclMemAlloc memory "
+                                         "(libmojoccl shares only memory it allocated)");
+    *handle = buff;
+  });
+}
+
+MOJOCCL_API ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* /*handle*/) {
+  return comm == nullptr ? ncclInvalidArgument : ncclSuccess;
 }
 
 MOJOCCL_API ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,

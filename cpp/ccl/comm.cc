@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "algorithms/direct.h"
+#include "algorithms/zero_copy.h"
 #include "bootstrap.h"
 #include "datatypes.h"
 #include "env.h"
@@ -95,47 +96,56 @@ void Comm::run(const std::string& what, Algorithm algorithm) {
   } catch (const MismatchError&) {
     throw;  // already names both sides
   } catch (const Error& error) {
-    // Any other failure leaves the ranks at different points of the call.
+    // Any other failure leaves the ranks at different points of the call;
+    // peers still waiting on this rank learn why at once.
     brokenBy_ = error.what();
     asyncError_.store(error.code());
+    if (shm_) shm_->markFailed(error.what());
     throw Error(error.code(), "rank " + std::to_string(rank_) + ", " + what + ": " + error.what());
   }
 }
 
-void Comm::runCollective(const Call& call, void (*algorithm)(ShmTransport&, uint32_t&, const Call&)) {
+void Comm::runCollective(const Call& call, size_t bytes, ZeroCopy zeroCopy, Staged staged) {
   validate(call);
-  run(call.describe() + " (call #" + std::to_string(call.sequence) + ")",
-      [&] { algorithm(*shm_, rounds_, call); });
+  run(call.describe() + " (call #" + std::to_string(call.sequence) + ")", [&] {
+    // Every rank takes the same branch: `bytes` is checked to agree in the
+    // first step of either.
+    if (bytes >= kZeroCopyMinBytes && zeroCopy(*shm_, rounds_, call)) return;
+    staged(*shm_, rounds_, call);
+  });
 }
 
 void Comm::allReduce(const void* send, void* recv, size_t count, ncclDataType_t datatype,
                      ncclRedOp_t op) {
+  const size_t bytes = count * datatypeSize(datatype);
   bool oneShot = allReduceAlgorithm_ == AllReduceAlgorithm::OneShot ||
                  (allReduceAlgorithm_ == AllReduceAlgorithm::Auto &&
-                  (size_ <= 2 || count * datatypeSize(datatype) <= kOneShotMaxBytes));
-  runCollective({CallKind::AllReduce, send, recv, count, datatype, op, 0, ++calls_},
-                oneShot ? allReduceOneShot : allReduceTwoShot);
+                  (size_ <= 2 || bytes <= kOneShotMaxBytes));
+  runCollective({CallKind::AllReduce, send, recv, count, datatype, op, 0, ++calls_}, bytes,
+                allReduceZeroCopy, oneShot ? allReduceOneShot : allReduceTwoShot);
 }
 
 void Comm::broadcast(const void* send, void* recv, size_t count, ncclDataType_t datatype, int root) {
   runCollective({CallKind::Broadcast, send, recv, count, datatype, ncclSum, root, ++calls_},
-                broadcastDirect);
+                count * datatypeSize(datatype), broadcastZeroCopy, broadcastDirect);
 }
 
 void Comm::allGather(const void* send, void* recv, size_t sendCount, ncclDataType_t datatype) {
   runCollective({CallKind::AllGather, send, recv, sendCount, datatype, ncclSum, 0, ++calls_},
-                allGatherDirect);
+                sendCount * datatypeSize(datatype) * size_, allGatherZeroCopy, allGatherDirect);
 }
 
 void Comm::reduceScatter(const void* send, void* recv, size_t recvCount, ncclDataType_t datatype,
                          ncclRedOp_t op) {
   runCollective({CallKind::ReduceScatter, send, recv, recvCount, datatype, op, 0, ++calls_},
+                recvCount * datatypeSize(datatype) * size_, reduceScatterZeroCopy,
                 reduceScatterDirect);
 }
 
 void Comm::reduce(const void* send, void* recv, size_t count, ncclDataType_t datatype,
                   ncclRedOp_t op, int root) {
-  runCollective({CallKind::Reduce, send, recv, count, datatype, op, root, ++calls_}, reduceDirect);
+  runCollective({CallKind::Reduce, send, recv, count, datatype, op, root, ++calls_},
+                count * datatypeSize(datatype), reduceZeroCopy, reduceDirect);
 }
 
 void Comm::transfer(const std::vector<PointToPoint>& batch) {

@@ -59,7 +59,11 @@ class Comm {
   template <typename Algorithm>
   void run(const std::string& what, Algorithm algorithm);
   void validate(const Call& call) const;
-  void runCollective(const Call& call, void (*algorithm)(ShmTransport&, uint32_t&, const Call&));
+  using Staged = void (*)(ShmTransport&, uint32_t&, const Call&);
+  using ZeroCopy = bool (*)(ShmTransport&, uint32_t&, const Call&);
+  // Large messages try `zeroCopy` first, which declines when some buffer it
+  // must read is private; `staged` always works.
+  void runCollective(const Call& call, size_t bytes, ZeroCopy zeroCopy, Staged staged);
 
   int rank_;
   int size_;

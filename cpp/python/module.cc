@@ -5,6 +5,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "backend/process_group_mojo.hpp"
+#include "backend/shared_pool.h"
 
 namespace py = pybind11;
 using torch_mojo::ProcessGroupMojo;
@@ -21,6 +22,18 @@ PYBIND11_MODULE(_C, module) {
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("library_path", &ProcessGroupMojo::libraryPath)
       .def_property_readonly("library_version", &ProcessGroupMojo::libraryVersion);
+
+  module.def(
+      "_shared_tensor",
+      [](int64_t numel, at::ScalarType dtype) {
+        return torch_mojo::sharedTensor(numel, at::TensorOptions().dtype(dtype));
+      },
+      py::arg("numel"), py::arg("dtype"));
+  module.def("_shared_pool_stats", [] {
+    auto stats = torch_mojo::SharedPool::forHost()->stats();
+    return py::dict(py::arg("reserved_bytes") = stats.reservedBytes,
+                    py::arg("allocated_bytes") = stats.allocatedBytes, py::arg("arenas") = stats.arenas);
+  });
 
   module.attr("BUILT_WITH_TORCH") = TORCH_MOJO_BUILT_WITH_TORCH;
 }

@@ -61,6 +61,8 @@ class Library:
         lib.ncclBroadcast.argtypes = [pointer, pointer, size, code, code, comm, pointer]
         lib.ncclAllGather.argtypes = [pointer, pointer, size, code, comm, pointer]
         lib.ncclReduceScatter.argtypes = [pointer, pointer, size, code, code, comm, pointer]
+        lib.ncclMemAlloc.argtypes = [ctypes.POINTER(pointer), size]
+        lib.ncclMemFree.argtypes = [pointer]
         lib.ncclSend.argtypes = [pointer, size, code, code, comm, pointer]
         lib.ncclRecv.argtypes = [pointer, size, code, code, comm, pointer]
 
@@ -84,6 +86,23 @@ class Library:
         ctypes.memmove(ctypes.addressof(value), uid, 128)
         self.check(self.lib.ncclCommInitRank(ctypes.byref(handle), nranks, value, rank))
         return handle
+
+    def shared_tensor(self, count, dtype=None):
+        """A tensor of `count` elements in ncclMemAlloc memory, which peers read
+        in place. The memory is freed with the tensor."""
+        import torch
+
+        dtype = dtype or torch.float32
+        size = count * torch.empty(0, dtype=dtype).element_size()
+        address = ctypes.c_void_p()
+        self.check(self.lib.ncclMemAlloc(ctypes.byref(address), max(size, 1)))
+        storage = (ctypes.c_byte * max(size, 1)).from_address(address.value)
+        tensor = torch.frombuffer(storage, dtype=torch.uint8)[:size].view(dtype)
+        free = self.lib.ncclMemFree
+        import weakref
+
+        weakref.finalize(tensor, free, address.value)
+        return tensor
 
     def destroy(self, comm):
         self.check(self.lib.ncclCommDestroy(comm))

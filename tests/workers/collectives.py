@@ -574,6 +574,67 @@ def check_set_timeout(m):
     dist.barrier()
 
 
+def check_shared_pool(m):
+    """Tensors from the registered pool: collectives read peers' tensors in
+    place. Also mixed (only some ranks' tensors in the pool), which must fall
+    back to staging on every rank alike."""
+    import torch_mojo.memory as shared
+
+    seed = 70_000
+    for dtype in (torch.float32, torch.bfloat16, torch.int64):
+        for numel in (5_000, 300_003):
+            for mix in ("pool", "mixed"):
+                seed += 1
+                on_pool = mix == "pool" or m.rank % 2 == 0
+
+                def place(tensor, on_pool=on_pool):
+                    return shared.copy_of(tensor) if on_pool else tensor.clone()
+
+                inputs = [make_input(r, numel, dtype, seed, nan=False) for r in range(m.world)]
+                expected = reference_reduce(inputs, "sum", m.world)
+
+                def all_reduce(group, inputs=inputs, place=place):
+                    tensor = place(inputs[m.rank])
+                    dist.all_reduce(tensor, group=group)
+                    return [tensor]
+
+                def reduce(group, inputs=inputs, place=place):
+                    tensor = place(inputs[m.rank])
+                    dist.reduce(tensor, dst=m.world - 1, group=group)
+                    return [tensor] if m.rank == m.world - 1 else []
+
+                def broadcast(group, inputs=inputs, place=place):
+                    tensor = place(inputs[m.rank])
+                    dist.broadcast(tensor, src=0, group=group)
+                    return [tensor]
+
+                def all_gather(group, inputs=inputs, place=place, numel=numel):
+                    output = place(torch.zeros(m.world * numel, dtype=dtype))
+                    dist.all_gather_into_tensor(output, place(inputs[m.rank]), group=group)
+                    return [output]
+
+                def reduce_scatter(group, inputs=inputs, place=place, numel=numel):
+                    whole = place(torch.cat([inputs[m.rank]] * m.world))
+                    output = torch.empty(numel, dtype=dtype)
+                    dist.reduce_scatter_tensor(output, whole, group=group)
+                    return [output]
+
+                name = f"{dtype} n={numel} {mix}"
+                m.case(f"all_reduce pool {name}", all_reduce, [expected], dtype, on_gloo=False)
+                m.case(f"reduce pool {name}", reduce, [expected] if m.rank == m.world - 1 else [], dtype,
+                       on_gloo=False)
+                m.case(f"broadcast pool {name}", broadcast, [inputs[0]], dtype, on_gloo=False)
+                m.case(f"all_gather pool {name}", all_gather, [torch.cat(inputs)], dtype, on_gloo=False)
+                # Every block of rank r's input is inputs[r]: each rank gets the sum.
+                m.case(f"reduce_scatter pool {name}", reduce_scatter, [expected], dtype, on_gloo=False)
+    tensor = shared.empty(2, 3, dtype=torch.float16)
+    m.check("memory.empty shape and dtype", tensor.shape == (2, 3) and tensor.dtype == torch.float16)
+    m.check("memory.stats", shared.stats()["allocated_bytes"] > 0 and shared.stats()["arenas"] >= 1)
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    m.check("allocate_tensor (torch's hook)", backend.supports_tensor_alloc(torch.device("cpu")) and
+            backend.allocate_tensor(10, dtype=torch.int32, device=torch.device("cpu")).numel() == 10)
+
+
 def check_bad_input(m):
     tensor = torch.ones(4)
     m.raises("premul_sum", ValueError, "PREMUL_SUM is not supported",
@@ -630,6 +691,7 @@ def main():
         check_point_to_point(m)
         check_barriers_objects_groups(m)
         check_coalesced(m)
+        check_shared_pool(m)
         check_work(m)
         check_bad_input(m)
         check_set_timeout(m)

@@ -50,6 +50,14 @@ std::string CallSignature::describe() const {
   return text + ")";
 }
 
+CallBuffers CallBuffers::of(const Call& call, size_t sendBytes, size_t recvBytes) {
+  auto send = reinterpret_cast<uintptr_t>(call.send);
+  auto recv = reinterpret_cast<uintptr_t>(call.recv);
+  bool overlap = send < recv + recvBytes && recv < send + sendBytes;
+  return CallBuffers{describeBuffer(call.send, sendBytes), describeBuffer(call.recv, recvBytes),
+                     overlap ? 1u : 0u};
+}
+
 std::string Call::describe() const { return CallSignature::of(*this).describe(); }
 
 }  // namespace mojoccl

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "../transports/shared_regions.h"
 #include "mojoccl/nccl.h"
 
 namespace mojoccl {
@@ -39,6 +40,15 @@ struct CallSignature {
   static CallSignature of(const Call& call);
   bool sameCollective(const CallSignature& other) const;
   std::string describe() const;
+};
+
+// Where a rank's buffers are, for algorithms that read peers' buffers in place.
+struct CallBuffers {
+  RegionDescriptor send;
+  RegionDescriptor recv;
+  uint32_t inPlace;  // the send and receive ranges overlap
+
+  static CallBuffers of(const Call& call, size_t sendBytes, size_t recvBytes);
 };
 
 }  // namespace mojoccl

@@ -6,47 +6,10 @@
 
 #include "../datatypes.h"
 #include "../kernels.h"
+#include "layout.h"
 #include "step.h"
 
 namespace mojoccl {
-namespace {
-
-// Calls `body(offset, count)` for each chunk of at most `perRound` elements;
-// once with count 0 for an empty message, so that ranks still meet and
-// compare their calls.
-template <typename Body>
-void forEachChunk(size_t total, size_t perRound, Body body) {
-  size_t offset = 0;
-  do {
-    size_t count = std::min(perRound, total - offset);
-    body(offset, count);
-    offset += count;
-  } while (offset < total);
-}
-
-struct Slice {
-  size_t begin;
-  size_t end;
-};
-
-// Slice `part` of `count` elements cut into `parts`, starting on 64-byte
-// boundaries so that each rank's kernel runs on whole vectors.
-Slice sliceOf(size_t count, int parts, int part, size_t elementSize) {
-  size_t unit = std::max<size_t>(1, 64 / elementSize);
-  size_t units = (count + unit - 1) / unit;
-  size_t perPart = (units + parts - 1) / parts * unit;
-  size_t begin = std::min(count, perPart * part);
-  return {begin, std::min(count, begin + perPart)};
-}
-
-const char* bytesAt(const void* base, size_t elements, size_t elementSize) {
-  return static_cast<const char*>(base) + elements * elementSize;
-}
-char* bytesAt(void* base, size_t elements, size_t elementSize) {
-  return static_cast<char*>(base) + elements * elementSize;
-}
-
-}  // namespace
 
 void allReduceOneShot(ShmTransport& shm, uint32_t& rounds, const Call& call) {
   const size_t size = datatypeSize(call.datatype);
@@ -55,7 +18,9 @@ void allReduceOneShot(ShmTransport& shm, uint32_t& rounds, const Call& call) {
   forEachChunk(call.count, shm.slotBytes() / size, [&](size_t offset, size_t count) {
     Step step(shm, rounds, call);
     step.shareCopyOf(bytesAt(call.send, offset, size), count * size);
+    // Our own part from our input: it is in cache, our slot copy may not be.
     for (int peer = 0; peer < nranks; ++peer) sources[peer] = step.of(peer);
+    sources[shm.self()] = bytesAt(call.send, offset, size);
     reduce(bytesAt(call.recv, offset, size), sources.data(), nranks, count, call.datatype, call.op,
            nranks);
   });

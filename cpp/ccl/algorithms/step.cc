@@ -6,7 +6,8 @@
 
 namespace mojoccl {
 
-static_assert(sizeof(CallSignature) <= kNoteBytes, "a call signature must fit in a note");
+static_assert(sizeof(CallSignature) + sizeof(CallBuffers) <= kNoteBytes,
+              "a call signature and its buffers must fit in a note");
 
 Step::Step(ShmTransport& shm, uint32_t& roundCounter, const Call& call)
     : shm_(shm), call_(call), round_(++roundCounter) {
@@ -16,12 +17,26 @@ Step::Step(ShmTransport& shm, uint32_t& roundCounter, const Call& call)
 
 Step::~Step() { shm_.publish(Stage::Done, round_); }
 
-void Step::share() {
+void Step::share(const CallBuffers* buffers) {
   CallSignature signature = CallSignature::of(call_);
-  std::memcpy(shm_.note(shm_.self(), round_), &signature, sizeof(signature));
+  char* note = shm_.note(shm_.self(), round_);
+  std::memcpy(note, &signature, sizeof(signature));
+  CallBuffers none{};
+  std::memcpy(note + sizeof(signature), buffers != nullptr ? buffers : &none, sizeof(CallBuffers));
   shm_.publish(Stage::Posted, round_);
   shm_.awaitAll(Stage::Posted, round_);
   checkAgreement();
+}
+
+CallBuffers Step::buffersOf(int peer) const {
+  CallBuffers buffers{};
+  std::memcpy(&buffers, shm_.note(peer, round_) + sizeof(CallSignature), sizeof(buffers));
+  return buffers;
+}
+
+void Step::finishTogether() {
+  shm_.publish(Stage::Done, round_);
+  shm_.awaitAll(Stage::Done, round_);
 }
 
 void Step::shareCopyOf(const void* data, size_t bytes) {

@@ -24,9 +24,14 @@ class Step {
   char* mine() const { return shm_.slot(shm_.self(), round_); }
   const char* of(int peer) const { return shm_.slot(peer, round_); }
 
-  void share();
+  // `buffers`, when given, travel with the call signature (zero-copy.cc).
+  void share(const CallBuffers* buffers = nullptr);
   // Copies `bytes` of `data` into this rank's slot, then share().
   void shareCopyOf(const void* data, size_t bytes);
+  CallBuffers buffersOf(int peer) const;
+  // Publishes Done and waits for every rank's: peers have stopped reading
+  // this rank's buffers, so the caller may change them.
+  void finishTogether();
   void publishReduced() { shm_.publish(Stage::Reduced, round_); }
   void awaitReduced() const { shm_.awaitAll(Stage::Reduced, round_); }
 

@@ -51,10 +51,14 @@ int usableCores() {
 
 }  // namespace
 
+constexpr size_t kFailureBytes = 512;
+
 struct ShmTransport::ControlBlock {
   Counter stage[kStages];
   Counter doorbell;                // rung when a channel to or from this rank moves
   std::atomic<uint32_t> departed;  // set when the rank leaves the communicator
+  std::atomic<uint32_t> failed;    // set, after `failure`, when a collective failed here
+  char failure[kFailureBytes];
   alignas(kCacheLine) char notes[kSlots][kNoteBytes];
 };
 
@@ -296,6 +300,16 @@ void ShmTransport::awaitDoorbell(uint32_t seen, const std::vector<int>& peers) c
     if (peer != self_) checkPeer(peer);
 }
 
+void ShmTransport::markFailed(const std::string& why) {
+  ControlBlock& mine = control(self_);
+  if (mine.failed.load()) return;  // the first failure is the one to report
+  snprintf(mine.failure, kFailureBytes, "%s", why.c_str());
+  mine.failed.store(1, std::memory_order_release);
+  for (auto& counter : mine.stage) futexWakeAll(&counter.value);
+  for (int peer = 0; peer < size(); ++peer)
+    if (peer != self_) ring(control(peer).doorbell);
+}
+
 bool ShmTransport::peerExited(int peer) const {
   int fd = pidfds_[peer];
   if (fd < 0) return kill(peers_[peer].pid, 0) != 0 && errno == ESRCH;
@@ -306,6 +320,9 @@ bool ShmTransport::peerExited(int peer) const {
 void ShmTransport::checkPeer(int peer) const {
   if (aborted_.load()) fail(ncclInvalidUsage, "the communicator was aborted");
   const ShmPeer& who = peers_[peer];
+  if (control(peer).failed.load(std::memory_order_acquire))
+    fail(ncclRemoteError, "rank " + std::to_string(who.commRank) + " failed: " +
+                              std::string(control(peer).failure, strnlen(control(peer).failure, kFailureBytes)));
   if (control(peer).departed.load())
     fail(ncclRemoteError, "rank " + std::to_string(who.commRank) +
                               " destroyed or aborted its communicator");

@@ -34,7 +34,7 @@ struct Counter;
 // The round counters every rank publishes, in the order a round passes them.
 enum class Stage : int { Posted = 0, Reduced = 1, Done = 2 };
 constexpr int kStages = 3;
-constexpr size_t kNoteBytes = 64;
+constexpr size_t kNoteBytes = 128;
 
 struct ShmPeer {
   int commRank;
@@ -65,6 +65,10 @@ class ShmTransport {
   // Throws if the communicator is aborted or the peer has gone.
   void await(int peer, Stage stage, uint32_t round) const;
   void awaitAll(Stage stage, uint32_t round) const;
+
+  // Records why this rank's part of a collective failed: peers waiting on it
+  // raise "rank N failed: <why>" within 50 ms instead of waiting on.
+  void markFailed(const std::string& why);
 
   // ---- channels (point-to-point)
   struct Entry {

@@ -83,6 +83,14 @@ const char* ncclGetLastError(ncclComm_t comm);
 ncclResult_t ncclCommCount(const ncclComm_t comm, int* count);
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank);
 
+/* Memory the other ranks of a node can map. Collectives on buffers in it
+ * read and write peers' buffers in place, with no staging copy. */
+ncclResult_t ncclMemAlloc(void** ptr, size_t size);
+ncclResult_t ncclMemFree(void* ptr);
+/* Registration is implied for ncclMemAlloc memory; these check and accept it. */
+ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle);
+ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle);
+
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                            ncclStream_t stream);
