@@ -55,7 +55,7 @@ CallBuffers CallBuffers::of(const Call& call, size_t sendBytes, size_t recvBytes
   auto recv = reinterpret_cast<uintptr_t>(call.recv);
   bool overlap = send < recv + recvBytes && recv < send + sendBytes;
   return CallBuffers{describeBuffer(call.send, sendBytes), describeBuffer(call.recv, recvBytes),
-                     overlap ? 1u : 0u};
+                     static_cast<uint64_t>(send), overlap ? 1u : 0u};
 }
 
 std::string Call::describe() const { return CallSignature::of(*this).describe(); }

@@ -46,7 +46,8 @@ struct CallSignature {
 struct CallBuffers {
   RegionDescriptor send;
   RegionDescriptor recv;
-  uint32_t inPlace;  // the send and receive ranges overlap
+  uint64_t sendAddress;  // in the owner's address space, for process_vm_readv
+  uint32_t inPlace;      // the send and receive ranges overlap
 
   static CallBuffers of(const Call& call, size_t sendBytes, size_t recvBytes);
 };

@@ -26,6 +26,17 @@ class Peers {
   bool anyInPlace() const { return !all([](const CallBuffers& b) { return !b.inPlace; }); }
   bool sendShared(int peer) const { return buffers_[peer].send.shared(); }
 
+  // Copies `bytes` of `peer`'s send buffer from `offset` into `destination`:
+  // from its mapping when shared, else straight out of its private memory.
+  void copySend(int peer, size_t offset, void* destination, size_t bytes) const {
+    if (peer == shm_.self() || buffers_[peer].send.shared()) {
+      const char* source = send(peer) + offset;
+      if (source != destination) std::memcpy(destination, source, bytes);
+    } else {
+      shm_.readPeerMemory(peer, buffers_[peer].sendAddress + offset, destination, bytes);
+    }
+  }
+
   const char* send(int peer) const {
     return peer == shm_.self() ? static_cast<const char*>(call_.send) : mapPeerBuffer(buffers_[peer].send);
   }
@@ -103,8 +114,8 @@ bool broadcastZeroCopy(ShmTransport& shm, uint32_t& rounds, const Call& call) {
   Step step(shm, rounds, call);
   Peers peers(shm, step, call, bytes, bytes);
   const int root = call.root;  // one node: local index and rank coincide
-  if (!peers.sendShared(root)) return false;
-  if (call.recv != peers.send(root)) std::memcpy(call.recv, peers.send(root), bytes);
+  if (!peers.sendShared(root) && !shm.canReadPeerMemory()) return false;
+  peers.copySend(root, 0, call.recv, bytes);
   step.finishTogether();
   return true;
 }
@@ -114,11 +125,9 @@ bool allGatherZeroCopy(ShmTransport& shm, uint32_t& rounds, const Call& call) {
   const int nranks = shm.size();
   Step step(shm, rounds, call);
   Peers peers(shm, step, call, bytes, bytes * nranks);
-  if (!peers.allSendShared()) return false;
-  for (int peer = 0; peer < nranks; ++peer) {
-    char* destination = static_cast<char*>(call.recv) + peer * bytes;
-    if (destination != peers.send(peer)) std::memcpy(destination, peers.send(peer), bytes);
-  }
+  if (!peers.allSendShared() && !shm.canReadPeerMemory()) return false;
+  for (int peer = 0; peer < nranks; ++peer)
+    peers.copySend(peer, 0, static_cast<char*>(call.recv) + peer * bytes, bytes);
   step.finishTogether();
   return true;
 }

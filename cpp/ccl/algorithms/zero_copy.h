@@ -1,5 +1,7 @@
 // Collectives on buffers that every rank can map (ncclMemAlloc memory):
-// ranks read each other's buffers in place, with no staging copy.
+// ranks read each other's buffers in place, with no staging copy. Pure data
+// movement (broadcast, all-gather) also reads peers' private buffers, with
+// one kernel copy (process_vm_readv), where the system allows it.
 //
 // Each begins with one step in which ranks share where their buffers are.
 // If a buffer the algorithm must read is private on some rank, every rank

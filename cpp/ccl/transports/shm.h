@@ -95,6 +95,12 @@ class ShmTransport {
   const char* incomingBuffer(int peer, uint64_t serial, size_t capacity);
   void releaseIncomingBuffer(int peer, uint64_t serial);
 
+  // ---- reading peers' private memory (cross-memory attach)
+  // True when every rank of the node may read every other's memory with
+  // process_vm_readv (same user, no ptrace restriction): agreed at set-up.
+  bool canReadPeerMemory() const { return crossMemoryAttach_; }
+  void readPeerMemory(int peer, uint64_t address, void* destination, size_t bytes) const;
+
   // ---- waiting for any channel to move
   uint32_t doorbell() const;
   // Sleeps until the doorbell moves past `seen` (or 50 ms pass), then checks
@@ -111,6 +117,7 @@ class ShmTransport {
   std::string bufferName(int from, int to, uint64_t serial) const;
   void checkPeer(int peer) const;
   bool peerExited(int peer) const;
+  bool probeCrossMemoryAttach(Bootstrap& bootstrap);
 
   std::vector<ShmPeer> peers_;
   int self_;
@@ -123,6 +130,7 @@ class ShmTransport {
   char* slots_ = nullptr;
   std::vector<int> pidfds_;  // -1: ourselves, or pidfd_open is unavailable
   int spins_;
+  bool crossMemoryAttach_ = false;
   const std::atomic<bool>& aborted_;
 
   struct Outgoing {
