@@ -39,7 +39,10 @@ std::string segmentName(const ncclUniqueId& id, uint64_t hostHash) {
 }  // namespace
 
 Comm::Comm(const ncclUniqueId& id, int nranks, int rank)
-    : rank_(rank), size_(nranks), allReduceAlgorithm_(allReduceAlgorithmFromEnv()) {
+    : rank_(rank),
+      size_(nranks),
+      allReduceAlgorithm_(allReduceAlgorithmFromEnv()),
+      zeroCopy_(envChoice("MOJOCCL_ZERO_COPY", "1", {"0", "1"}) == "1") {
   if (nranks < 1) fail(ncclInvalidArgument, "nranks must be at least 1, got " + std::to_string(nranks));
   if (rank < 0 || rank >= nranks)
     fail(ncclInvalidArgument, "rank " + std::to_string(rank) + " is outside 0.." +
@@ -110,7 +113,7 @@ void Comm::runCollective(const Call& call, size_t bytes, ZeroCopy zeroCopy, Stag
   run(call.describe() + " (call #" + std::to_string(call.sequence) + ")", [&] {
     // Every rank takes the same branch: `bytes` is checked to agree in the
     // first step of either.
-    if (bytes >= kZeroCopyMinBytes && zeroCopy(*shm_, rounds_, call)) return;
+    if (zeroCopy_ && bytes >= kZeroCopyMinBytes && zeroCopy(*shm_, rounds_, call)) return;
     staged(*shm_, rounds_, call);
   });
 }

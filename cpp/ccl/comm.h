@@ -68,6 +68,7 @@ class Comm {
   int rank_;
   int size_;
   AllReduceAlgorithm allReduceAlgorithm_;
+  bool zeroCopy_;  // MOJOCCL_ZERO_COPY: read peers' buffers in place when possible
   std::unique_ptr<ShmTransport> shm_;
   uint32_t rounds_ = 0;
   uint64_t calls_ = 0;

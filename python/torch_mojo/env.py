@@ -125,6 +125,13 @@ VARIABLES: tuple[Variable, ...] = (
         choices=("auto", "one_shot", "two_shot"),
     ),
     Variable(
+        "MOJOCCL_ZERO_COPY",
+        "1",
+        "`0` stops ranks from reading each other's buffers in place (registered pool, "
+        "process_vm_readv): every collective then stages its data through shared memory",
+        choices=("0", "1"),
+    ),
+    Variable(
         "MOJOCCL_IB_TIMEOUT_S",
         "60",
         "seconds a collective waits for its peers across nodes before failing",
