@@ -7,8 +7,9 @@ cd "$(dirname "$0")/.."
 
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
-# Compilers and CMake for the C++ core; the rest is used by tests of other parts.
-APT_PACKAGES=(g++ make cmake)
+# Compilers and CMake for the C++ core; Open MPI for the benchmark's MPI
+# baseline (mpi4py builds against it).
+APT_PACKAGES=(g++ make cmake openmpi-bin libopenmpi-dev)
 
 missing=()
 for package in "${APT_PACKAGES[@]}"; do

@@ -8,6 +8,7 @@
 #include <set>
 
 #include <ATen/Functions.h>
+#include <c10/core/CPUAllocator.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
 
@@ -166,11 +167,64 @@ at::Tensor sharedTensor(int64_t numel, const at::TensorOptions& options) {
   TORCH_CHECK_VALUE(numel >= 0, "a tensor needs a size of 0 or more, got ", numel);
   TORCH_CHECK_VALUE(!options.has_device() || options.device().is_cpu(),
                     "the registered pool holds CPU tensors; got device ", options.device());
-  std::shared_ptr<SharedPool> pool = SharedPool::forHost();
-  const size_t bytes = static_cast<size_t>(numel) * c10::elementSize(c10::typeMetaToScalarType(options.dtype()));
-  void* memory = pool->allocate(bytes);
-  return at::from_blob(memory, {numel}, [pool](void* block) { pool->release(block); },
-                       options.device(at::kCPU));
+  c10::Allocator* allocator = sharedPoolAllocator().get();
+  const size_t bytes =
+      static_cast<size_t>(numel) * c10::elementSize(c10::typeMetaToScalarType(options.dtype()));
+  c10::Storage storage(c10::Storage::use_byte_size_t(), bytes, allocator->allocate(bytes), allocator,
+                       /*resizable=*/false);
+  return at::empty({0}, options.device(at::kCPU)).set_(storage, 0, {numel}, {1});
+}
+
+namespace {
+
+class PoolAllocator final : public c10::Allocator {
+ public:
+  PoolAllocator() : pool_(SharedPool::forHost()) {}
+
+  c10::DataPtr allocate(size_t bytes) override {
+    void* block = pool_->allocate(bytes);
+    return {block, new Block{pool_, block}, &releaseBlock, c10::Device(c10::DeviceType::CPU)};
+  }
+
+  void copy_data(void* destination, const void* source, std::size_t count) const override {
+    std::memcpy(destination, source, count);
+  }
+
+ private:
+  // A data pointer's context: the block, and the pool it returns to.
+  struct Block {
+    std::shared_ptr<SharedPool> pool;
+    void* memory;
+  };
+  static void releaseBlock(void* context) {
+    auto* block = static_cast<Block*>(context);
+    block->pool->release(block->memory);
+    delete block;
+  }
+
+  std::shared_ptr<SharedPool> pool_;
+};
+
+}  // namespace
+
+std::shared_ptr<c10::Allocator> sharedPoolAllocator() {
+  static auto allocator = std::make_shared<PoolAllocator>();
+  return allocator;
+}
+
+void usePoolForCpuTensors(bool enable) {
+  // c10 keeps one CPU allocator; ours takes over, then hands back.
+  static std::mutex mutex;
+  static c10::Allocator* previous = nullptr;
+  constexpr uint8_t kPriority = 100;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (enable && previous == nullptr) {
+    previous = c10::GetCPUAllocator();
+    c10::SetCPUAllocator(sharedPoolAllocator().get(), kPriority);
+  } else if (!enable && previous != nullptr) {
+    c10::SetCPUAllocator(previous, kPriority);
+    previous = nullptr;
+  }
 }
 
 // ------------------------------------------------------------------ Work

@@ -36,6 +36,12 @@ namespace torch_mojo {
 // collectives on it read peers' memory in place.
 at::Tensor sharedTensor(int64_t numel, const at::TensorOptions& options);
 
+// The pool as a c10 allocator: what getMemAllocator() returns, and what
+// torch_mojo.memory.cpu_tensors_in_pool() makes torch's CPU allocator for a
+// while, so that tensors torch allocates itself (DDP's buckets) live there.
+std::shared_ptr<c10::Allocator> sharedPoolAllocator();
+void usePoolForCpuTensors(bool enable);
+
 class WorkMojo : public c10d::Work {
  public:
   WorkMojo(int rank, c10d::OpType type, uint64_t sequence, std::string description,
@@ -120,6 +126,7 @@ class ProcessGroupMojo : public c10d::Backend {
 
   // c10d's hook for a backend's communication memory: the registered pool.
   bool supportsTensorAlloc(c10::DeviceIndex /*device*/) override { return true; }
+  std::shared_ptr<c10::Allocator> getMemAllocator() override { return sharedPoolAllocator(); }
   at::Tensor allocateTensor(long size, at::TensorOptions options) override {
     return sharedTensor(size, options);
   }

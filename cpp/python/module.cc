@@ -29,6 +29,7 @@ PYBIND11_MODULE(_C, module) {
         return torch_mojo::sharedTensor(numel, at::TensorOptions().dtype(dtype));
       },
       py::arg("numel"), py::arg("dtype"));
+  module.def("_use_pool_for_cpu_tensors", &torch_mojo::usePoolForCpuTensors, py::arg("enable"));
   module.def("_shared_pool_stats", [] {
     auto stats = torch_mojo::SharedPool::forHost()->stats();
     return py::dict(py::arg("reserved_bytes") = stats.reservedBytes,

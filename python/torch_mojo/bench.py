@@ -2,16 +2,24 @@
 
 Each rank runs this module; launch it with torchrun or with mpirun/srun:
 
+    torch-mojo bench --nproc 2                         # starts torchrun itself
     torchrun --standalone --nproc-per-node=2 -m torch_mojo.bench
     mpirun -np 2 python -m torch_mojo.bench            # adds the MPI columns
 
+With --kernels it measures instead, on every rank at once, the Mojo
+reduction kernel against memcpy (GB/s counts bytes read plus written) and
+derives the memory-traffic limit of a collective; with --ddp, training
+steps per second of DistributedDataParallel (an MLP 1024-4096-1024, batch
+64) on mojo, on mojo with its buckets in the pool, and on gloo.
+
 For every collective and size it times, in the same processes and on the
 same machine:
-  mojo      dist.<collective> on a `mojo` process group (through torch)
-  pool      the same, on tensors from the registered shared-memory pool
-  gloo      dist.<collective> on a gloo group over the same ranks
-  mojoccl   libmojoccl's NCCL API called directly (the library alone)
-  mpi       mpi4py on the same buffers (when launched by MPI)
+  mojo          dist.<collective> on a `mojo` process group (through torch)
+  mojo+pool     the same, on tensors from the registered shared-memory pool
+  gloo          dist.<collective> on a gloo group over the same ranks
+  mojoccl       libmojoccl's NCCL API called directly (the library alone)
+  mojoccl+pool  the same, on ncclMemAlloc buffers
+  mpi           mpi4py on the same buffers (when launched by MPI)
 
 Times are the median over iterations of one call each, taken as the
 slowest rank's median. Bandwidths follow nccl-tests: algbw = bytes / time,
@@ -144,8 +152,13 @@ class Runner:
 
 class TorchRunner(Runner):
     def __init__(self, world, rank, name, group, pool=None):
+        import torch.distributed as dist
+
         super().__init__(world, rank)
         self.name, self.group, self.pool = name, group, pool
+        # torch 2.13 renamed these two; the old names warn.
+        self.all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        self.reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
     def allocate(self, count):
         return self.pool.empty(count) if self.pool is not None else super().allocate(count)
@@ -161,9 +174,9 @@ class TorchRunner(Runner):
         if collective == "all_reduce":
             dist.all_reduce(send, group=self.group)
         elif collective == "all_gather":
-            dist.all_gather_into_tensor(recv, send, group=self.group)
+            self.all_gather(recv, send, group=self.group)
         elif collective == "reduce_scatter":
-            dist.reduce_scatter_tensor(recv, send, group=self.group)
+            self.reduce_scatter(recv, send, group=self.group)
         elif collective == "broadcast":
             dist.broadcast(send, src=0, group=self.group)
         else:
@@ -172,19 +185,22 @@ class TorchRunner(Runner):
 
 
 class LibraryRunner(Runner):
-    name = "mojoccl"
-
-    def __init__(self, world, rank, gloo_group):
+    def __init__(self, world, rank, gloo_group, pool=None):
         import torch.distributed as dist
 
         from torch_mojo.mojoccl import Library
 
         super().__init__(world, rank)
+        self.name = "mojoccl+pool" if pool is not None else "mojoccl"
+        self.pool = pool
         self.library = Library()
         box = [self.library.unique_id() if rank == 0 else None]
         dist.broadcast_object_list(box, src=0, group=gloo_group)
         self.comm = self.library.init(world, box[0], rank)
         self.token = None
+
+    def allocate(self, count):
+        return self.pool.empty(count) if self.pool is not None else super().allocate(count)
 
     def barrier(self):
         import torch
@@ -263,22 +279,110 @@ def measure(runner, collective, count, min_seconds, max_iterations, agree):
     return statistics.median(times), wrong
 
 
-def slowest(value, gloo_group, world):
-    import torch
+def over_ranks(value, gloo_group, world, pick=max):
+    """`pick` of every rank's `value` (through gloo, outside what is measured)."""
     import torch.distributed as dist
 
     gathered = [None] * world
     dist.all_gather_object(gathered, value, group=gloo_group)
-    return max(gathered)
+    return pick(gathered)
+
+
+# ------------------------------------------------------------ workloads
+
+def kernel_bandwidth(rank, world, gloo, sizes, min_seconds):
+    """Mojo's reduction kernel (two inputs, float32 sum) against memcpy, on
+    every rank at the same time: the memory system as collectives see it."""
+    import ctypes
+
+    import torch
+    import torch.distributed as dist
+
+    from torch_mojo._paths import library_dir
+
+    kernels = ctypes.CDLL(os.path.join(library_dir(), "libtorch_mojo_kernels.so"))
+    kernels.tm_reduce.restype = ctypes.c_int32
+    kernels.tm_reduce.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                                  ctypes.c_int32, ctypes.c_int32, ctypes.c_int64]
+    rows = []
+    for size in sizes:
+        count = size // 4
+        a, b, out = torch.ones(count), torch.ones(count), torch.empty(count)
+        sources = (ctypes.c_void_p * 2)(a.data_ptr(), b.data_ptr())
+
+        def copy():
+            out.copy_(a)
+
+        def reduce():
+            kernels.tm_reduce(out.data_ptr(), ctypes.addressof(sources), 2, count, 7, 0, 1)
+
+        for name, run, traffic in (("memcpy", copy, 2), ("mojo reduce", reduce, 3)):
+            run()
+            iterations = over_ranks(int(max(5, min(1000, min_seconds / max(_time_one(run), 1e-7)))), gloo, world)
+            dist.barrier(group=gloo)
+            times = [_time_one(run) for _ in range(iterations)]
+            per_rank = traffic * size / statistics.median(times) / 1e9
+            gathered = [None] * world
+            dist.all_gather_object(gathered, per_rank, group=gloo)
+            rows.append({"kernel": name, "size_bytes": size, "ranks": world,
+                         "GBps_per_rank": round(min(gathered), 2), "GBps_all_ranks": round(sum(gathered), 2)})
+    return rows
+
+
+def _time_one(run):
+    began = time.perf_counter()
+    run()
+    return time.perf_counter() - began
+
+
+def ddp_steps(rank, world, gloo, repeats=5, steps=10):
+    """DDP training steps per second; the three setups alternate, so that a
+    noisy machine treats them alike."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import torch_mojo.memory as shared
+
+    def build(group):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 1024))
+        return DDP(model, process_group=group), torch.optim.SGD(model.parameters(), lr=0.01)
+
+    with shared.cpu_tensors_in_pool():
+        pooled = build(None)
+    setups = {"mojo": build(None), "mojo+pool": pooled, "gloo": build(gloo)}
+    x, y = torch.randn(64, 1024), torch.randn(64, 1024)
+
+    def run(model, optimizer, count):
+        dist.barrier(group=gloo)
+        began = time.perf_counter()
+        for _ in range(count):
+            optimizer.zero_grad()
+            ((model(x) - y) ** 2).mean().backward()
+            optimizer.step()
+        return count / (time.perf_counter() - began)
+
+    for model, optimizer in setups.values():
+        run(model, optimizer, 3)
+    rates = {name: [] for name in setups}
+    for _ in range(repeats):
+        for name, (model, optimizer) in setups.items():
+            rates[name].append(over_ranks(run(model, optimizer, steps), gloo, world, min))
+    return {name: statistics.median(values) for name, values in rates.items()}
 
 
 # ------------------------------------------------------------ reporting
 
-def write_outputs(rows, prefix, world):
-    with open(prefix + ".csv", "w", newline="") as file:
+def _write_csv(rows, path):
+    with open(path, "w", newline="") as file:
         writer = csv.DictWriter(file, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
+
+
+def write_outputs(rows, prefix, world):
+    _write_csv(rows, prefix + ".csv")
     try:
         import matplotlib
 
@@ -334,11 +438,13 @@ def main(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--collectives", default=",".join(COLLECTIVES))
     parser.add_argument("--sizes", default=DEFAULT_SIZES, help="bytes; K/M/G suffixes allowed")
-    parser.add_argument("--backends", default="mojo,pool,gloo,mojoccl,mpi",
-                        help="any of mojo, pool, gloo, mojoccl, mpi (mpi only under MPI)")
+    parser.add_argument("--backends", default="mojo,mojo+pool,gloo,mojoccl,mojoccl+pool,mpi",
+                        help="any of mojo, mojo+pool, gloo, mojoccl, mojoccl+pool, mpi (mpi only under MPI)")
     parser.add_argument("--min-seconds", type=float, default=0.3, help="time per size and backend")
     parser.add_argument("--max-iterations", type=int, default=2000)
     parser.add_argument("--output", default="bench", help="prefix of the .csv and .png written by rank 0")
+    parser.add_argument("--kernels", action="store_true", help="the reduction kernel against memcpy")
+    parser.add_argument("--ddp", action="store_true", help="DDP training steps per second")
     args = parser.parse_args(argv)
 
     mpi_comm = None
@@ -361,21 +467,46 @@ def main(argv=None):
     dist.init_process_group("mojo", rank=rank, world_size=world, timeout=datetime.timedelta(minutes=10))
     gloo = dist.new_group(backend="gloo")
 
+    if args.kernels:
+        sizes = [parse_size(text) for text in args.sizes.split(",")]
+        rows = kernel_bandwidth(rank, world, gloo, sizes, args.min_seconds)
+        if rank == 0:
+            print(f"\n# kernels, {world} ranks at once; GB/s = bytes read + written per second")
+            print(f"{'size':>10} {'kernel':>12} {'GB/s per rank':>14} {'GB/s all ranks':>15}")
+            for row in rows:
+                print(f"{human(row['size_bytes']):>10} {row['kernel']:>12} {row['GBps_per_rank']:>14.1f} "
+                      f"{row['GBps_all_ranks']:>15.1f}")
+            _write_csv(rows, args.output + "-kernels.csv")
+        dist.destroy_process_group()
+        return
+    if args.ddp:
+        rates = ddp_steps(rank, world, gloo)
+        if rank == 0:
+            print(f"\n# DDP, MLP 1024-4096-1024, batch 64, {world} ranks: steps/s (median of 5 x 10 steps)")
+            for name, rate in rates.items():
+                print(f"{name:>10}: {rate:6.2f} steps/s  ({rate / rates['gloo']:.2f}x gloo)")
+            _write_csv([{"setup": name, "ranks": world, "steps_per_s": round(rate, 2)} for name, rate in rates.items()],
+                       args.output + "-ddp.csv")
+        dist.destroy_process_group()
+        return
+
     wanted = args.backends.split(",")
     runners = []
     for name in wanted:
         if name == "mojo":
             runners.append(TorchRunner(world, rank, "mojo", None))
-        elif name == "pool":
-            pool = _pool_or_none()
-            if pool is not None:
-                runners.append(TorchRunner(world, rank, "pool", None, pool))
+        elif name == "mojo+pool":
+            runners.append(TorchRunner(world, rank, "mojo+pool", None, _pool()))
         elif name == "gloo":
             runners.append(TorchRunner(world, rank, "gloo", gloo))
         elif name == "mojoccl":
             runners.append(LibraryRunner(world, rank, gloo))
+        elif name == "mojoccl+pool":
+            runners.append(LibraryRunner(world, rank, gloo, _pool()))
         elif name == "mpi" and mpi_comm is not None:
             runners.append(MpiRunner(world, rank, mpi_comm))
+        elif name != "mpi":
+            raise SystemExit(f"torch-mojo bench: unknown backend {name!r}")
     sizes = [parse_size(text) for text in args.sizes.split(",")]
     rows = []
     for collective in args.collectives.split(","):
@@ -384,9 +515,9 @@ def main(argv=None):
             count = max(world, size // 4 // world * world)  # whole parts for every rank
             for runner in runners:
                 seconds, wrong = measure(runner, collective, count, args.min_seconds, args.max_iterations,
-                                         lambda value: slowest(value, gloo, world))
-                seconds = slowest(seconds, gloo, world)
-                wrong = slowest(wrong, gloo, world)
+                                         lambda value: over_ranks(value, gloo, world))
+                seconds = over_ranks(seconds, gloo, world)
+                wrong = over_ranks(wrong, gloo, world)
                 algbw = count * 4 / seconds / 1e9
                 busbw = algbw * BUS_FACTOR[collective](world)
                 results[(runner.name, size)] = (seconds, busbw, wrong)
@@ -401,11 +532,9 @@ def main(argv=None):
     dist.destroy_process_group()
 
 
-def _pool_or_none():
-    try:
-        from torch_mojo import memory
-    except ImportError:
-        return None
+def _pool():
+    from torch_mojo import memory
+
     return memory.default_pool()
 
 

@@ -41,15 +41,36 @@ def _info():
         print(f"  {variable.name}={shown}{unread}")
 
 
+def _bench(nproc, arguments):
+    """Under torchrun, mpirun or srun: one rank of the benchmark. Otherwise
+    start `nproc` ranks on this machine with torchrun."""
+    from torch_mojo import bench
+
+    if "RANK" in os.environ or bench.launched_by_mpi() or "-h" in arguments or "--help" in arguments:
+        return bench.main(arguments)
+    import subprocess
+
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc-per-node={nproc}", "-m", "torch_mojo.bench", *arguments]
+    return subprocess.call(command)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="torch-mojo", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("info", help="versions, libraries and the environment in effect")
     cache = commands.add_parser("cache", help="the cache directory")
     cache.add_argument("what", choices=["dir"])
+    bench = commands.add_parser(
+        "bench", help="collective benchmarks: mojo against gloo and MPI (see --help)", add_help=False)
+    bench.add_argument("--nproc", type=int, default=2, help="ranks to start when not run under a launcher")
     env = commands.add_parser("env", help="the table of environment variables")
     env.add_argument("--markdown", action="store_true", help="as the table in docs/environment.md")
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "bench":
+        return _bench(args.nproc, rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "info":
         _info()
     elif args.command == "cache":

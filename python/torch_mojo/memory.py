@@ -59,3 +59,29 @@ class _Pool:
 
 def default_pool():
     return _Pool()
+
+
+class cpu_tensors_in_pool:
+    """Within this block, every CPU tensor torch allocates comes from the pool.
+
+    For tensors that torch creates itself, such as DistributedDataParallel's
+    gradient buckets:
+
+        with torch_mojo.memory.cpu_tensors_in_pool():
+            model = DDP(model)        # its buckets live in the pool
+
+    torch has one CPU allocator per process, so this affects all threads
+    while the block runs; keep it around set-up code.
+    """
+
+    def __enter__(self):
+        from torch_mojo import _C
+
+        _C._use_pool_for_cpu_tensors(True)
+        return self
+
+    def __exit__(self, *exc):
+        from torch_mojo import _C
+
+        _C._use_pool_for_cpu_tensors(False)
+        return False

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The recorded benchmark of docs/performance.md, on one machine:
+#   2 ranks under mpirun (mojo, mojo+pool, gloo, the library alone, MPI),
+#   4 ranks under torchrun (mojo, mojo+pool, gloo),
+#   the reduction kernel against memcpy, and DDP steps/s.
+# Usage: benchmarks/run.sh [output-dir]   (default: benchmarks/results)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-benchmarks/results}
+mkdir -p "$out"
+bin=.venv/bin
+export TORCH_MOJO_BACKEND_TRACE=0 OMP_NUM_THREADS=1
+# Open MPI refuses root without these (CI machines run as root).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+"$bin/python" -c "import mpi4py" 2>/dev/null || "$bin/pip" install --quiet mpi4py matplotlib
+mpirun -np 2 --bind-to none "$bin/python" -m torch_mojo.bench --output "$out/collectives-2ranks" \
+  | tee "$out/collectives-2ranks.txt"
+"$bin/torch-mojo" bench --nproc 4 --backends mojo,mojo+pool,gloo --sizes 8,4K,64K,1M,16M,64M \
+  --output "$out/collectives-4ranks" | tee "$out/collectives-4ranks.txt"
+"$bin/torch-mojo" bench --nproc 2 --kernels --sizes 256K,4M,64M,256M --output "$out/bench" \
+  | tee "$out/kernels-2ranks.txt"
+"$bin/torch-mojo" bench --nproc 2 --ddp --output "$out/bench" | tee "$out/ddp-2ranks.txt"
