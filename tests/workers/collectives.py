@@ -630,6 +630,14 @@ def check_shared_pool(m):
     tensor = shared.empty(2, 3, dtype=torch.float16)
     m.check("memory.empty shape and dtype", tensor.shape == (2, 3) and tensor.dtype == torch.float16)
     m.check("memory.stats", shared.stats()["allocated_bytes"] > 0 and shared.stats()["arenas"] >= 1)
+    before = shared.stats()["allocated_bytes"]
+    with shared.cpu_tensors_in_pool():
+        inside = torch.empty(1 << 16)
+    during = shared.stats()["allocated_bytes"]
+    outside = torch.empty(1 << 16)
+    m.check("memory.cpu_tensors_in_pool", during >= before + inside.nbytes
+            and shared.stats()["allocated_bytes"] == during, f"{before} {during}")
+    del inside, outside
     backend = dist.group.WORLD._get_backend(torch.device("cpu"))
     m.check("allocate_tensor (torch's hook)", backend.supports_tensor_alloc(torch.device("cpu")) and
             backend.allocate_tensor(10, dtype=torch.int32, device=torch.device("cpu")).numel() == 10)
