@@ -7,9 +7,9 @@ cd "$(dirname "$0")/.."
 
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
-# Compilers and CMake for the C++ core; Open MPI for the benchmark's MPI
-# baseline (mpi4py builds against it).
-APT_PACKAGES=(g++ make cmake openmpi-bin libopenmpi-dev)
+# Compilers, CMake and the JSON header of torch's flight recorder for the C++
+# core; Open MPI for the benchmark's MPI baseline (mpi4py builds against it).
+APT_PACKAGES=(g++ make cmake nlohmann-json3-dev openmpi-bin libopenmpi-dev)
 
 missing=()
 for package in "${APT_PACKAGES[@]}"; do

@@ -42,21 +42,16 @@ def _report(results: list[RankResult], headline: str) -> str:
     return "\n".join(parts)
 
 
-def run_ranks(
-    command: list[str],
-    world_size: int,
-    *,
-    timeout: float = 120,
-    env: dict[str, str] | None = None,
-    rank_env: dict[int, dict[str, str]] | None = None,
-    check: bool = True,
-) -> list[RankResult]:
-    """Starts `command` once per rank with torchrun's variables set (RANK,
-    WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT) and waits for all of them.
-    A job that outlives `timeout` is killed and fails the test."""
-    port = free_port()
-    with tempfile.TemporaryDirectory() as scratch:
-        processes = []
+class RanksJob:
+    """`command` started once per rank with torchrun's variables set (RANK,
+    WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT). Output goes to files: a pipe
+    that nobody drains would block a chatty rank, and with it every rank
+    waiting for it."""
+
+    def __init__(self, command, world_size, env=None, rank_env=None):
+        self.scratch = tempfile.TemporaryDirectory()
+        port = free_port()
+        self.processes = []
         for rank in range(world_size):
             rank_vars = {
                 "RANK": str(rank),
@@ -67,33 +62,50 @@ def run_ranks(
                 "MASTER_PORT": str(port),
                 "OMP_NUM_THREADS": "1",
                 "PYTHONPATH": str(ROOT),
-                "TEST_SCRATCH": scratch,
+                "TEST_SCRATCH": self.scratch.name,
             }
             full_env = {**os.environ, **rank_vars, **(env or {}), **((rank_env or {}).get(rank, {}))}
-            # Output goes to files: a pipe that nobody drains would block a
-            # chatty rank, and with it every rank waiting for it.
-            out = open(os.path.join(scratch, f"rank{rank}.out"), "w+")
-            err = open(os.path.join(scratch, f"rank{rank}.err"), "w+")
-            process = subprocess.Popen(command, env=full_env, cwd=scratch, stdout=out, stderr=err)
-            processes.append((process, out, err))
+            out = open(os.path.join(self.scratch.name, f"rank{rank}.out"), "w+")
+            err = open(os.path.join(self.scratch.name, f"rank{rank}.err"), "w+")
+            process = subprocess.Popen(command, env=full_env, cwd=self.scratch.name, stdout=out, stderr=err)
+            self.processes.append((process, out, err))
+
+    def stdout(self, rank):
+        with open(os.path.join(self.scratch.name, f"rank{rank}.out")) as file:
+            return file.read()
+
+    def wait_for_output(self, rank, text, timeout=60):
+        deadline = time.monotonic() + timeout
+        while text not in self.stdout(rank):
+            if time.monotonic() > deadline:
+                raise JobFailed(f"rank {rank} never printed {text!r}")
+            time.sleep(0.05)
+
+    def signal(self, number):
+        for process, _, _ in self.processes:
+            if process.poll() is None:
+                process.send_signal(number)
+
+    def wait(self, timeout, check=True):
         deadline = time.monotonic() + timeout
         timed_out = False
-        for process, _, _ in processes:
+        for process, _, _ in self.processes:
             try:
                 process.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 timed_out = True
-                for other, _, _ in processes:
+                for other, _, _ in self.processes:
                     other.kill()
                     other.wait()
                 break
         results = []
-        for rank, (process, out, err) in enumerate(processes):
+        for rank, (process, out, err) in enumerate(self.processes):
             out.seek(0)
             err.seek(0)
             results.append(RankResult(rank, process.returncode, out.read(), err.read()))
             out.close()
             err.close()
+        self.scratch.cleanup()
         if timed_out:
             raise JobFailed(_report(results, f"job did not finish within {timeout} s"))
         if check and any(result.returncode != 0 for result in results):
@@ -101,9 +113,27 @@ def run_ranks(
         return results
 
 
+def run_ranks(
+    command: list[str],
+    world_size: int,
+    *,
+    timeout: float = 120,
+    env: dict[str, str] | None = None,
+    rank_env: dict[int, dict[str, str]] | None = None,
+    check: bool = True,
+) -> list[RankResult]:
+    """Runs `command` on `world_size` ranks and waits for all of them. A job
+    that outlives `timeout` is killed and fails the test."""
+    return RanksJob(command, world_size, env, rank_env).wait(timeout, check)
+
+
+def worker_command(name: str, *args: str) -> list[str]:
+    return [sys.executable, str(WORKERS / f"{name}.py"), *args]
+
+
 def run_worker(name: str, world_size: int, *args: str, **kwargs) -> list[RankResult]:
     """Runs tests/workers/<name>.py on `world_size` ranks."""
-    return run_ranks([sys.executable, str(WORKERS / f"{name}.py"), *args], world_size, **kwargs)
+    return run_ranks(worker_command(name, *args), world_size, **kwargs)
 
 
 def run_torchrun(script_args: list[str], nproc: int, *, timeout: float = 180, env=None, cwd=None):

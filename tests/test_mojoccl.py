@@ -105,3 +105,23 @@ def test_ranks_on_different_hosts_get_a_clear_error():
                          timeout=60)
     for result in results:
         assert "within one node" in result.stdout, result.stdout
+
+
+def test_strangers_on_the_bootstrap_port_do_not_disturb_the_job():
+    # The unique id holds the root's address (after an 8-byte magic, the
+    # 8-byte secret and a 4-byte length: a sockaddr_in) and the secret that
+    # ranks must present. Connections without it are dropped.
+    import os
+    import socket
+    import struct
+
+    library = Library()
+    uid = library.unique_id()
+    family, port = struct.unpack_from("=H", uid, 20)[0], struct.unpack_from("!H", uid, 22)[0]
+    host = socket.inet_ntoa(uid[24:28])
+    assert family == socket.AF_INET
+    for payload in (os.urandom(64), os.urandom(104), b"", b"GET / HTTP/1.0\r\n\r\n" * 8):
+        with socket.create_connection((host, port), timeout=5) as stranger:
+            stranger.sendall(payload)
+    results = run_worker("ccl", 2, "init", env={"UNIQUE_ID_HEX": uid.hex()}, timeout=60)
+    assert all("ok all_reduce" in result.stdout for result in results)

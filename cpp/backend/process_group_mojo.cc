@@ -12,7 +12,10 @@
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
 
+#include <torch/csrc/distributed/c10d/logger.hpp>
+
 #include "backend/shared_pool.h"
+#include "backend/watchdog.hpp"
 
 namespace torch_mojo {
 
@@ -262,8 +265,20 @@ void WorkMojo::complete(std::exception_ptr error) {
 // -------------------------------------------------------- process group
 
 ProcessGroupMojo::ProcessGroupMojo(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                   int size, std::chrono::milliseconds timeout)
-    : Backend(rank, size), timeout_(timeout) {
+                                   int size, std::chrono::milliseconds timeout,
+                                   std::vector<uint64_t> globalRanks)
+    : Backend(rank, size),
+      timeout_(timeout),
+      store_(store),
+      globalRanks_(std::move(globalRanks)),
+      status_(std::make_shared<c10d::ProcessGroupStatus>()),
+      watched_(WatchdogSettings::get().mode != WatchdogSettings::Mode::Off) {
+  static std::atomic<size_t> groups{0};
+  groupId_ = groups++;
+  if (globalRanks_.empty())
+    for (int each = 0; each < size; ++each) globalRanks_.push_back(each);
+  TORCH_CHECK_VALUE(static_cast<int>(globalRanks_.size()) == size, "the group has ", size,
+                    " ranks but ", globalRanks_.size(), " global ranks were given");
   try {
     library_ = hostCollectiveLibrary();
   } catch (const std::exception& error) {
@@ -272,16 +287,22 @@ ProcessGroupMojo::ProcessGroupMojo(const c10::intrusive_ptr<c10d::Store>& store,
   createCommunicator(store);
   traceLibrary(*library_);
   worker_ = std::thread(&ProcessGroupMojo::workerLoop, this);
-  monitor_ = std::thread(&ProcessGroupMojo::monitorLoop, this);
+  if (watched_) Watchdog::get().add(this);
   init();
 }
 
 ProcessGroupMojo::~ProcessGroupMojo() { shutdown(); }
 
-void ProcessGroupMojo::check(ncclResult_t result, const char* call) const {
+void ProcessGroupMojo::check(ncclResult_t result, const char* call) {
   try {
     library_->check(result, call, comm_);
   } catch (const CclError& error) {
+    // Invalid usage (a mismatch, a bad argument) is the caller's to handle;
+    // anything else means the ranks are no longer in step: the watchdog's.
+    if (error.code != ncclInvalidUsage && error.code != ncclInvalidArgument) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      fatalError_ = error.what();
+    }
     C10_THROW_ERROR(DistBackendError, error.what());
   }
 }
@@ -308,19 +329,19 @@ c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupMojo::getBackendOptions()
   return c10::make_intrusive<Options>("mojo", timeout_.load());
 }
 
-void ProcessGroupMojo::inGroup(const std::function<void()>& calls) const {
+void ProcessGroupMojo::inGroup(const std::function<void()>& calls) {
   check(library_->api().groupStart(), "ncclGroupStart");
   calls();
   check(library_->api().groupEnd(), "ncclGroupEnd");
 }
 
-void ProcessGroupMojo::sendTensor(const at::Tensor& tensor, int peer) const {
+void ProcessGroupMojo::sendTensor(const at::Tensor& tensor, int peer) {
   check(library_->api().send(tensor.data_ptr(), tensor.numel(), ncclDatatypeOf(tensor), peer, comm_,
                              nullptr),
         "ncclSend");
 }
 
-void ProcessGroupMojo::recvTensor(const at::Tensor& tensor, int peer) const {
+void ProcessGroupMojo::recvTensor(const at::Tensor& tensor, int peer) {
   check(library_->api().recv(tensor.data_ptr(), tensor.numel(), ncclDatatypeOf(tensor), peer, comm_,
                              nullptr),
         "ncclRecv");
@@ -328,17 +349,34 @@ void ProcessGroupMojo::recvTensor(const at::Tensor& tensor, int peer) const {
 
 // ------------------------------------------------------- jobs and threads
 
-ProcessGroupMojo::Job ProcessGroupMojo::makeJob(OpType type, const char* profilingTitle,
+ProcessGroupMojo::Job ProcessGroupMojo::makeJob(OpType type, const char* profilingName,
                                                 const std::string& description,
                                                 const std::vector<at::Tensor>& inputs,
                                                 std::vector<at::Tensor> outputs,
                                                 std::function<void()> issue,
-                                                std::function<void()> finish) {
+                                                std::function<void()> finish, int peer) {
   const uint64_t sequence = ++sequence_;
   auto work = c10::make_intrusive<WorkMojo>(rank_, type, sequence,
                                             c10::str("#", sequence, " (", description, ")"),
-                                            profilingTitle, inputs, std::move(outputs));
-  return Job{work, std::move(issue), std::move(finish), {}};
+                                            profilingName, inputs, outputs);
+  Job job{work, std::move(issue), std::move(finish), {}, std::make_shared<CompletionEvent>(), {}};
+  if (!watched_) return job;
+  recordGroupRanks();
+  // As the flight recorder's analyser expects: "nccl:send 0->1", "nccl:recv 1<-0".
+  const bool isP2P = type == OpType::SEND || type == OpType::RECV;
+  std::string name = profilingName;
+  if (type == OpType::SEND) name += c10::str(" ", rank_, "->", peer);
+  if (type == OpType::RECV) name += c10::str(" ", rank_, "<-", peer);
+  static std::atomic<size_t> collectives{0}, transfers{0}, ops{0};
+  job.recordId = flight_recorder::record(
+      groupId_, {getGroupUid(), getGroupDesc()}, isP2P ? 0 : ++collectives, isP2P ? ++transfers : 0,
+      ++ops, name, inputs, outputs, job.done.get(), timeout_.load(), status_, isP2P);
+  std::lock_guard<std::mutex> lock(mutex_);
+  status_->lastEnqueuedSeq = static_cast<int64_t>(sequence);
+  status_->lastEnqueuedWorkName = name;
+  history_.push_back(Trace{sequence, description, Clock::now(), Trace::State::Queued});
+  if (history_.size() > 8) history_.pop_front();
+  return job;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::submit(Job job, bool synchronous) {
@@ -370,9 +408,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::submit(Job job, bool synchronou
 c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::enqueue(
     OpType type, const char* profilingTitle, const std::string& description,
     const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs,
-    std::function<void()> issue, std::function<void()> finish, bool synchronous) {
+    std::function<void()> issue, std::function<void()> finish, bool synchronous, int peer) {
   return submit(makeJob(type, profilingTitle, description, inputs, std::move(outputs),
-                        std::move(issue), std::move(finish)),
+                        std::move(issue), std::move(finish), peer),
                 synchronous);
 }
 
@@ -394,7 +432,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::endCoalescing() {
   }
   // One library group: sends and receives of the batch progress together.
   Job batch = makeJob(
-      OpType::COALESCED, "mojo:coalesced", c10::str("coalesced batch of ", jobs->size()), {},
+      OpType::COALESCED, "nccl:coalesced", c10::str("coalesced batch of ", jobs->size()), {},
       outputs,
       [this, jobs] {
         inGroup([&] {
@@ -420,8 +458,15 @@ void ProcessGroupMojo::runJob(Job& job) {
 
 void ProcessGroupMojo::startRunning(const Job& job) {
   running_ = true;
-  runningJob_ = job.work->description();
-  runningSince_ = std::chrono::steady_clock::now();
+  runningSequence_ = job.work->getSequencenumber();
+  if (Trace* trace = traceOf(runningSequence_)) trace->state = Trace::State::Running;
+  status_->lastStartedSeq = static_cast<int64_t>(runningSequence_);
+}
+
+ProcessGroupMojo::Trace* ProcessGroupMojo::traceOf(uint64_t sequence) {
+  for (auto& trace : history_)
+    if (trace.sequence == sequence) return &trace;
+  return nullptr;
 }
 
 void ProcessGroupMojo::execute(Job& job) {
@@ -433,10 +478,25 @@ void ProcessGroupMojo::execute(Job& job) {
     // After an abort the library only knows "aborted"; say why.
     error = aborted_ ? distBackendError(abortReason_) : std::current_exception();
   }
+  job.done->done.store(true);
+  flight_recorder::retire(job.recordId);
   bool queued;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
     running_ = false;
+    const uint64_t sequence = job.work->getSequencenumber();
+    Trace* trace = traceOf(sequence);
+    if (trace != nullptr) trace->state = error ? Trace::State::Failed : Trace::State::Completed;
+    status_->lastCompletedSeq = static_cast<int64_t>(sequence);
+    if (!fatalError_.empty() && watched_) {
+      // The ranks are out of step: the watchdog reports it (and, in its
+      // default mode, ends the run) before the caller sees the error.
+      failure_ = fatalError_;
+      failed_ = trace != nullptr ? *trace : Trace{sequence, job.work->description()};
+      Watchdog::get().wake();
+      failureReported_.wait(lock, [&] { return releasedUpTo_ >= sequence; });
+    }
+    fatalError_.clear();
     queued = !queue_.empty();
   }
   // Only when a job waits: waking threads for nothing costs a core's time
@@ -462,28 +522,64 @@ void ProcessGroupMojo::workerLoop() {
   }
 }
 
-void ProcessGroupMojo::monitorLoop() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  while (!(stopping_ && !running_ && queue_.empty())) {
-    monitorWake_.wait_for(lock, std::chrono::milliseconds(200));
-    if (!running_ || aborted_) continue;
-    auto age = std::chrono::steady_clock::now() - runningSince_;
-    auto timeout = timeout_.load();
-    if (age < timeout) continue;
-    double seconds = std::chrono::duration<double>(timeout).count();
-    abortReason_ = c10::str("[rank ", rank_, "] Watchdog caught collective operation timeout: "
-                            "collective ", runningJob_, " has not completed ", seconds,
-                            " s after it was issued (timeout ", seconds,
-                            " s, the timeout= of init_process_group). Every rank must issue the "
-                            "same collectives in the same order; a rank that never issued this "
-                            "one is the place to look.");
-    aborted_ = true;
-    std::fprintf(stderr, "%s\n", abortReason_.c_str());
-    std::fflush(stderr);
-    lock.unlock();
-    library_->api().commAbort(comm_);  // the running call fails within ~50 ms
-    lock.lock();
+ProcessGroupMojo::Health ProcessGroupMojo::health() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Health health{running_, running_ || !queue_.empty(), {},     {history_.begin(), history_.end()},
+                failure_, failed_,  timeout_.load()};
+  const uint64_t current = running_ ? runningSequence_
+                           : queue_.empty() ? 0 : queue_.front().work->getSequencenumber();
+  if (Trace* trace = traceOf(current)) health.current = *trace;
+  return health;
+}
+
+bool ProcessGroupMojo::reported(uint64_t sequence) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return sequence <= reportedUpTo_;
+}
+
+void ProcessGroupMojo::markReported(uint64_t sequence) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  reportedUpTo_ = std::max(reportedUpTo_, sequence);
+  failure_.clear();
+}
+
+void ProcessGroupMojo::releaseFailedJob(uint64_t sequence) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    releasedUpTo_ = std::max(releasedUpTo_, sequence);
   }
+  failureReported_.notify_all();
+}
+
+bool ProcessGroupMojo::coordinationDue(std::chrono::milliseconds period) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto now = Clock::now();
+  if (now - lastCoordination_ < period) return false;
+  lastCoordination_ = now;
+  return true;
+}
+
+bool ProcessGroupMojo::newRequest(uint64_t epoch) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (epoch <= epochSeen_) return false;
+  epochSeen_ = epoch;
+  return true;
+}
+
+void ProcessGroupMojo::recordGroupRanks() {
+  std::call_once(ranksRecorded_, [this] {
+    flight_recorder::recordGroupRanks({getGroupUid(), getGroupDesc()}, globalRanks_);
+  });
+}
+
+void ProcessGroupMojo::abortCommunicator() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (comm_ == nullptr || aborted_) return;
+    aborted_ = true;
+    abortReason_ = c10::str("[rank ", globalRank(), "] the communicator was aborted by the watchdog");
+  }
+  library_->api().commAbort(comm_);
 }
 
 void ProcessGroupMojo::stopThreads() {
@@ -493,8 +589,6 @@ void ProcessGroupMojo::stopThreads() {
   }
   workAvailable_.notify_all();
   if (worker_.joinable()) worker_.join();
-  monitorWake_.notify_all();
-  if (monitor_.joinable()) monitor_.join();
 }
 
 void ProcessGroupMojo::abort() {
@@ -506,12 +600,14 @@ void ProcessGroupMojo::abort() {
   }
   library_->api().commAbort(comm_);
   stopThreads();
+  if (watched_) Watchdog::get().remove(this);
   comm_ = nullptr;
 }
 
 void ProcessGroupMojo::shutdown() {
   if (comm_ == nullptr) return;
   stopThreads();  // lets queued collectives finish first
+  if (watched_) Watchdog::get().remove(this);
   bool aborted;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -527,8 +623,10 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupMojo::split(
   auto found = std::find(ranks.begin(), ranks.end(), rank_);
   if (found == ranks.end()) return nullptr;  // not a member: no group here
   const auto timeout = opts ? opts->timeout : timeout_.load();
+  std::vector<uint64_t> members;
+  for (int rank : ranks) members.push_back(globalRanks_[rank]);
   return c10::make_intrusive<ProcessGroupMojo>(store, static_cast<int>(found - ranks.begin()),
-                                               static_cast<int>(ranks.size()), timeout);
+                                               static_cast<int>(ranks.size()), timeout, members);
 }
 
 // ------------------------------------------------------------ reductions
@@ -539,7 +637,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::allreduce(std::vector<at::Tenso
   const ncclRedOp_t op = ncclRedOpOf(opts.reduceOp, tensor);
   at::Tensor buffer = tensor.contiguous();
   return enqueue(
-      OpType::ALLREDUCE, "mojo:all_reduce",
+      OpType::ALLREDUCE, "nccl:all_reduce",
       describe("all_reduce", tensor, reduceOpName(opts.reduceOp.op_)), tensors, tensors,
       [this, buffer, op] {
         check(library_->api().allReduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(),
@@ -559,7 +657,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::allreduce_coalesced(
   for (const auto& tensor : tensors) flat.push_back(tensor.reshape({-1}));
   at::Tensor buffer = at::cat(flat);
   return enqueue(
-      OpType::ALLREDUCE_COALESCED, "mojo:allreduce_coalesced",
+      OpType::ALLREDUCE_COALESCED, "nccl:allreduce_coalesced",
       describe("allreduce_coalesced", buffer, reduceOpName(opts.reduceOp.op_)), tensors, tensors,
       [this, buffer, op] {
         check(library_->api().allReduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(),
@@ -585,7 +683,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::reduce(std::vector<at::Tensor>&
   const int root = static_cast<int>(opts.rootRank);
   at::Tensor buffer = tensor.contiguous();
   return enqueue(
-      OpType::REDUCE, "mojo:reduce",
+      OpType::REDUCE, "nccl:reduce",
       describe("reduce", tensor, c10::str(reduceOpName(opts.reduceOp.op_), " root ", root).c_str()),
       tensors, tensors,
       [this, buffer, op, root] {
@@ -630,7 +728,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::reduce_scatter_tensor_coalesced
                                            " tensors ", reduceOpName(opts.reduceOp.op_));
   return enqueue(
       inputs.size() == 1 ? OpType::_REDUCE_SCATTER_BASE : OpType::REDUCE_SCATTER_TENSOR_COALESCED,
-      "mojo:reduce_scatter_tensor", description, inputs, outputs,
+      inputs.size() == 1 ? "nccl:_reduce_scatter_base" : "nccl:reduce_scatter_tensor_coalesced",
+      description, inputs, outputs,
       [this, sources, buffers, op] {
         for (size_t i = 0; i < sources.size(); ++i)
           check(library_->api().reduceScatter(sources[i].data_ptr(), buffers[i].data_ptr(),
@@ -668,7 +767,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::broadcast(std::vector<at::Tenso
   const int root = static_cast<int>(opts.rootRank);
   at::Tensor buffer = tensor.contiguous();
   return enqueue(
-      OpType::BROADCAST, "mojo:broadcast",
+      OpType::BROADCAST, "nccl:broadcast",
       describe("broadcast", tensor, c10::str("root ", root).c_str()), tensors, tensors,
       [this, buffer, root] {
         check(library_->api().broadcast(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(),
@@ -710,7 +809,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::allgather_into_tensor_coalesced
                                 : c10::str("allgather_into_tensor_coalesced ", inputs.size(), " tensors");
   return enqueue(
       inputs.size() == 1 ? OpType::_ALLGATHER_BASE : OpType::COALESCED,
-      "mojo:all_gather_into_tensor", description, inputs, outputs,
+      inputs.size() == 1 ? "nccl:_all_gather_base" : "nccl:all_gather_into_tensor_coalesced",
+      description, inputs, outputs,
       [this, sources, buffers] {
         for (size_t i = 0; i < sources.size(); ++i)
           check(library_->api().allGather(sources[i].data_ptr(), buffers[i].data_ptr(),
@@ -750,7 +850,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::allgather_coalesced(
   }
   const int size = size_;
   return enqueue(
-      inputs.size() == 1 ? OpType::ALLGATHER : OpType::ALLGATHER_COALESCED, "mojo:all_gather",
+      inputs.size() == 1 ? OpType::ALLGATHER : OpType::ALLGATHER_COALESCED, "nccl:all_gather",
       inputs.size() == 1 ? describe("all_gather", inputs[0])
                          : c10::str("allgather_coalesced ", inputs.size(), " tensors"),
       inputs, targets,
@@ -786,7 +886,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::gather(
   if (rank_ != root) {
     TORCH_CHECK_VALUE(outputs.empty() || outputs[0].empty(),
                       "gather: only the root (rank ", root, ") passes a gather list");
-    return enqueue(OpType::GATHER, "mojo:gather", describe("gather", input, c10::str("root ", root).c_str()),
+    return enqueue(OpType::GATHER, "nccl:gather", describe("gather", input, c10::str("root ", root).c_str()),
                    inputs, {}, [this, source, root] { sendTensor(source, root); });
   }
   TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
@@ -797,7 +897,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::gather(
     buffers.push_back(writableBuffer(target));
   }
   return enqueue(
-      OpType::GATHER, "mojo:gather", describe("gather", input, c10::str("root ", root).c_str()),
+      OpType::GATHER, "nccl:gather", describe("gather", input, c10::str("root ", root).c_str()),
       inputs, targets,
       [this, buffers, root] {
         inGroup([&] {
@@ -822,7 +922,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::scatter(
     TORCH_CHECK_VALUE(inputs.empty() || inputs[0].empty(),
                       "scatter: only the root (rank ", root, ") passes a scatter list");
     return enqueue(
-        OpType::SCATTER, "mojo:scatter", describe("scatter", output, c10::str("root ", root).c_str()),
+        OpType::SCATTER, "nccl:scatter", describe("scatter", output, c10::str("root ", root).c_str()),
         {}, outputs, [this, buffer, root] { recvTensor(buffer, root); },
         [output, buffer] { copyBack(output, buffer); });
   }
@@ -834,7 +934,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::scatter(
     sources.push_back(input.contiguous());
   }
   return enqueue(
-      OpType::SCATTER, "mojo:scatter", describe("scatter", output, c10::str("root ", root).c_str()),
+      OpType::SCATTER, "nccl:scatter", describe("scatter", output, c10::str("root ", root).c_str()),
       inputs[0], outputs,
       [this, sources, root] {
         inGroup([&] {
@@ -886,7 +986,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::alltoall_base(
                     "all_to_all_single: this rank sends itself ", sendParts[rank_].numel(),
                     " elements but expects ", recvParts[rank_].numel(), " from itself");
   return enqueue(
-      OpType::ALLTOALL_BASE, "mojo:all_to_all_single", describe("all_to_all_single", input),
+      OpType::ALLTOALL_BASE, "nccl:all_to_all_single", describe("all_to_all_single", input),
       {input}, {output},
       [this, sendParts, recvParts] {
         inGroup([&] {
@@ -919,7 +1019,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::alltoall(std::vector<at::Tensor
   TORCH_CHECK_VALUE(sources[rank_].numel() == buffers[rank_].numel(), "all_to_all: this rank sends itself ",
                     sources[rank_].numel(), " elements but expects ", buffers[rank_].numel());
   return enqueue(
-      OpType::ALLTOALL, "mojo:all_to_all", c10::str("all_to_all ", size_, " tensors"), inputs,
+      OpType::ALLTOALL, "nccl:all_to_all", c10::str("all_to_all ", size_, " tensors"), inputs,
       outputs,
       [this, sources, buffers] {
         inGroup([&] {
@@ -943,8 +1043,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::send(std::vector<at::Tensor>& t
   at::Tensor tensor = onlyTensor(tensors, "send");
   checkRoot(dstRank, size_, "send: destination");
   at::Tensor source = tensor.contiguous();
-  return enqueue(OpType::SEND, "mojo:send", describe("send", tensor, c10::str("to ", dstRank).c_str()),
-                 tensors, {}, [this, source, dstRank] { sendTensor(source, dstRank); });
+  return enqueue(OpType::SEND, "nccl:send", describe("send", tensor, c10::str("to ", dstRank).c_str()),
+                 tensors, {}, [this, source, dstRank] { sendTensor(source, dstRank); }, nullptr,
+                 false, dstRank);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::recv(std::vector<at::Tensor>& tensors, int srcRank,
@@ -953,9 +1054,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::recv(std::vector<at::Tensor>& t
   checkRoot(srcRank, size_, "recv: source");
   at::Tensor buffer = writableBuffer(tensor);
   return enqueue(
-      OpType::RECV, "mojo:recv", describe("recv", tensor, c10::str("from ", srcRank).c_str()), {},
+      OpType::RECV, "nccl:recv", describe("recv", tensor, c10::str("from ", srcRank).c_str()), {},
       tensors, [this, buffer, srcRank] { recvTensor(buffer, srcRank); },
-      [tensor, buffer] { copyBack(tensor, buffer); });
+      [tensor, buffer] { copyBack(tensor, buffer); }, false, srcRank);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::recvAnysource(std::vector<at::Tensor>& /*tensors*/,
@@ -967,7 +1068,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::recvAnysource(std::vector<at::T
 c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::barrier(const c10d::BarrierOptions& opts) {
   // As ProcessGroupNCCL does: an all-reduce of one element.
   at::Tensor token = at::zeros({1}, at::TensorOptions().dtype(at::kByte));
-  return enqueue(OpType::BARRIER, "mojo:barrier", "barrier", {}, {token}, [this, token] {
+  return enqueue(OpType::BARRIER, "nccl:barrier", "barrier", {}, {token}, [this, token] {
     check(library_->api().allReduce(token.data_ptr(), token.data_ptr(), 1, ncclUint8, ncclSum,
                                     comm_, nullptr),
           "ncclAllReduce");

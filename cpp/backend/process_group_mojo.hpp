@@ -4,9 +4,10 @@
 // each torch.distributed call into a job of NCCL C API calls on the library
 // it loaded (libmojoccl for CPU tensors), and runs the jobs in issue order
 // on a worker thread of its own, so that async_op=True overlaps with the
-// caller's compute. A monitor thread ends any job that outlives the group's
-// timeout by aborting the communicator, so a missing peer gives an error on
-// every rank instead of a hang.
+// caller's compute. Every job is in the flight recorder and in a short
+// history that the process's watchdog (watchdog.hpp) reads: a job that
+// outlives the group's timeout, or a fatal library error, ends the run with
+// a report instead of a hang.
 //
 // A job has two parts: `issue` makes the library calls (inside
 // ncclGroupStart/End they only queue), `finish` moves results into place
@@ -29,6 +30,11 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "backend/ccl_library.h"
+#include "backend/flight_recorder.hpp"
+
+namespace c10d {
+struct ProcessGroupStatus;
+}
 
 namespace torch_mojo {
 
@@ -69,7 +75,7 @@ class WorkMojo : public c10d::Work {
 class ProcessGroupMojo : public c10d::Backend {
  public:
   ProcessGroupMojo(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                   std::chrono::milliseconds timeout);
+                   std::chrono::milliseconds timeout, std::vector<uint64_t> globalRanks = {});
   ~ProcessGroupMojo() override;
 
   const std::string getBackendName() const override { return "mojo"; }
@@ -150,17 +156,56 @@ class ProcessGroupMojo : public c10d::Backend {
   const std::string& libraryPath() const { return library_->path(); }
   int libraryVersion() const { return library_->version(); }
 
+  // ---- what the watchdog (watchdog.cc) reads and does
+  using Clock = std::chrono::steady_clock;
+  struct Trace {
+    enum class State { Queued, Running, Completed, Failed };
+    uint64_t sequence = 0;
+    std::string what;  // "all_reduce 1024 x float32 sum"
+    Clock::time_point issued;
+    State state = State::Queued;
+  };
+  struct Health {
+    bool running;
+    bool busy;                  // running, or jobs queued
+    Trace current;              // the running job, else the first queued one
+    std::vector<Trace> recent;  // the last ones issued, oldest first
+    std::string failure;        // a fatal library error, with...
+    Trace failed;               // ...the job that hit it
+    std::chrono::milliseconds timeout;
+  };
+  Health health();
+  bool reported(uint64_t sequence);
+  void markReported(uint64_t sequence);
+  // A job that failed fatally waits for its report before its caller sees
+  // the error; this lets it go (report mode; abort mode exits instead).
+  void releaseFailedJob(uint64_t sequence);
+  bool coordinationDue(std::chrono::milliseconds period);
+  bool newRequest(uint64_t epoch);  // false if this request was seen already
+  c10d::Store& store() { return *store_; }
+  int globalRank() const { return static_cast<int>(globalRanks_[rank_]); }
+  const std::vector<uint64_t>& globalRanks() const { return globalRanks_; }
+  // Ends the call in progress (the library returns within ~50 ms).
+  void abortCommunicator();
+  // The flight recorder's table of this group's ranks; its name and
+  // description are known only once c10d has named the group.
+  void recordGroupRanks();
+
  private:
   struct Job {
     c10::intrusive_ptr<WorkMojo> work;
     std::function<void()> issue;   // the library calls
     std::function<void()> finish;  // afterwards: results into place (may be empty)
     std::vector<c10::intrusive_ptr<WorkMojo>> members;  // a coalesced batch's own Works
+    std::shared_ptr<CompletionEvent> done;              // what the flight recorder watches
+    std::optional<size_t> recordId;
   };
 
-  Job makeJob(c10d::OpType type, const char* profilingTitle, const std::string& description,
+  // `profilingName` is NCCL's name for the call ("nccl:all_reduce"): what
+  // the profiler and the flight recorder's analyser know.
+  Job makeJob(c10d::OpType type, const char* profilingName, const std::string& description,
               const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs,
-              std::function<void()> issue, std::function<void()> finish);
+              std::function<void()> issue, std::function<void()> finish, int peer = -1);
   // Queues a job behind earlier ones (or into the open coalesced batch); a
   // synchronous one on an idle group runs at once on the caller's thread.
   c10::intrusive_ptr<c10d::Work> submit(Job job, bool synchronous = false);
@@ -171,20 +216,20 @@ class ProcessGroupMojo : public c10d::Backend {
                                          std::vector<at::Tensor> outputs,
                                          std::function<void()> issue,
                                          std::function<void()> finish = nullptr,
-                                         bool synchronous = false);
+                                         bool synchronous = false, int peer = -1);
   void workerLoop();
   void startRunning(const Job& job);  // with mutex_ held
   void execute(Job& job);             // runs the job, then completes its Works
   void runJob(Job& job);
-  void monitorLoop();
+  Trace* traceOf(uint64_t sequence);  // with mutex_ held
   void createCommunicator(const c10::intrusive_ptr<c10d::Store>& store);
   void stopThreads();
-  void check(ncclResult_t result, const char* call) const;
+  void check(ncclResult_t result, const char* call);
   // Wraps `calls` in ncclGroupStart/End, as sends and receives that must
   // progress together need.
-  void inGroup(const std::function<void()>& calls) const;
-  void sendTensor(const at::Tensor& tensor, int peer) const;
-  void recvTensor(const at::Tensor& tensor, int peer) const;
+  void inGroup(const std::function<void()>& calls);
+  void sendTensor(const at::Tensor& tensor, int peer);
+  void recvTensor(const at::Tensor& tensor, int peer);
 
   // Shared by the single and coalesced forms.
   void checkAllGatherInto(const at::Tensor& output, const at::Tensor& input) const;
@@ -192,6 +237,12 @@ class ProcessGroupMojo : public c10d::Backend {
 
   std::shared_ptr<CclLibrary> library_;
   ncclComm_t comm_ = nullptr;
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::vector<uint64_t> globalRanks_;
+  size_t groupId_;
+  std::shared_ptr<c10d::ProcessGroupStatus> status_;
+  bool watched_;  // TORCH_MOJO_BACKEND_PG_WATCHDOG is not off
+  std::once_flag ranksRecorded_;
   std::atomic<std::chrono::milliseconds> timeout_;
   std::atomic<uint64_t> sequence_{0};
 
@@ -201,17 +252,23 @@ class ProcessGroupMojo : public c10d::Backend {
 
   std::mutex mutex_;  // guards the queue, the running job and the state below
   std::condition_variable workAvailable_;  // the worker waits for a job it may run
-  std::condition_variable monitorWake_;    // ends the monitor's nap at shutdown
   std::deque<Job> queue_;
   bool stopping_ = false;
   bool aborted_ = false;
   std::string abortReason_;
-  std::string runningJob_;  // description of the job in progress
-  std::chrono::steady_clock::time_point runningSince_;
   bool running_ = false;
+  uint64_t runningSequence_ = 0;
+  std::deque<Trace> history_;     // the last collectives issued
+  std::string fatalError_;        // set by check() on the running job's thread
+  std::string failure_;           // a fatal error, until the watchdog reports it
+  Trace failed_;
+  std::condition_variable failureReported_;
+  uint64_t reportedUpTo_ = 0;     // the last sequence the watchdog reported
+  uint64_t releasedUpTo_ = 0;     // the last failed job the watchdog let go
+  Clock::time_point lastCoordination_;
+  uint64_t epochSeen_ = 0;
 
   std::thread worker_;
-  std::thread monitor_;
 };
 
 }  // namespace torch_mojo

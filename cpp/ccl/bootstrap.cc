@@ -99,7 +99,8 @@ class Root {
       }
       Hello hello{};
       try {
-        if (!peer.recvAll(&hello, sizeof(hello), Clock::now() + std::chrono::seconds(10))) continue;
+        // A connection that is not one of our ranks gets two seconds.
+        if (!peer.recvAll(&hello, sizeof(hello), Clock::now() + std::chrono::seconds(2))) continue;
       } catch (const Error&) {
         continue;  // a stray or slow connection: not one of ours
       }

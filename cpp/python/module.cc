@@ -4,8 +4,10 @@
 #include <pybind11/pybind11.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "backend/flight_recorder.hpp"
 #include "backend/process_group_mojo.hpp"
 #include "backend/shared_pool.h"
+#include "backend/watchdog.hpp"
 
 namespace py = pybind11;
 using torch_mojo::ProcessGroupMojo;
@@ -17,9 +19,10 @@ PYBIND11_MODULE(_C, module) {
 
   py::class_<ProcessGroupMojo, c10d::Backend, c10::intrusive_ptr<ProcessGroupMojo>>(
       module, "ProcessGroupMojo")
-      .def(py::init<const c10::intrusive_ptr<c10d::Store>&, int, int, std::chrono::milliseconds>(),
+      .def(py::init<const c10::intrusive_ptr<c10d::Store>&, int, int, std::chrono::milliseconds,
+                    std::vector<uint64_t>>(),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
-           py::call_guard<py::gil_scoped_release>())
+           py::arg("global_ranks") = std::vector<uint64_t>{}, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("library_path", &ProcessGroupMojo::libraryPath)
       .def_property_readonly("library_version", &ProcessGroupMojo::libraryVersion);
 
@@ -35,6 +38,24 @@ PYBIND11_MODULE(_C, module) {
     return py::dict(py::arg("reserved_bytes") = stats.reservedBytes,
                     py::arg("allocated_bytes") = stats.allocatedBytes, py::arg("arenas") = stats.arenas);
   });
+
+  // The flight recorder of this backend, and the watchdog's hooks.
+  module.def(
+      "_dump_trace",
+      [](bool includeCollectives, bool includeStackTraces, bool onlyActive) {
+        return py::bytes(torch_mojo::flight_recorder::dumpPickle(includeCollectives,
+                                                                 includeStackTraces, onlyActive));
+      },
+      py::arg("includeCollectives") = true, py::arg("includeStackTraces") = true,
+      py::arg("onlyActive") = false);
+  module.def("_dump_trace_json", &torch_mojo::flight_recorder::dumpJson,
+             py::arg("includeCollectives") = true, py::arg("onlyActive") = false);
+  module.def("_groups_alive", [] {
+    return torch_mojo::flight_recorder::enabled() && torch_mojo::Watchdog::get().anyGroupAlive();
+  });
+  module.def("_before_exit", [] { torch_mojo::Watchdog::get().beforeExit(); },
+             py::call_guard<py::gil_scoped_release>());
+  module.def("_watch_for_interrupts", &torch_mojo::watchForInterrupts);
 
   module.attr("BUILT_WITH_TORCH") = TORCH_MOJO_BUILT_WITH_TORCH;
 }

@@ -1,5 +1,6 @@
 """register_mojo_devices(): the backend's registration with torch.distributed."""
 
+import atexit
 import threading
 
 from torch_mojo.env import check_environment
@@ -30,7 +31,32 @@ def _create_backend(backend_options, _pg_options):
         backend_options.group_rank,
         backend_options.group_size,
         backend_options.timeout,
+        list(backend_options.global_ranks_in_group),
     )
+
+
+def _install_trace_dumps(_C):
+    """torch._C._distributed_c10d._dump_nccl_trace (and _json) return this
+    backend's flight recorder while a mojo process group is alive, and
+    PyTorch's own dump otherwise (the CPU build has none: it gets these
+    names from here, falling back to _dump_fr_trace)."""
+    import torch._C._distributed_c10d as c10d
+
+    torch_pickle = getattr(c10d, "_dump_nccl_trace", None) or c10d._dump_fr_trace
+    torch_json = getattr(c10d, "_dump_nccl_trace_json", None) or c10d._dump_fr_trace_json
+
+    def _dump_nccl_trace(includeCollectives=True, includeStackTraces=True, onlyActive=False):
+        if _C._groups_alive():
+            return _C._dump_trace(includeCollectives, includeStackTraces, onlyActive)
+        return torch_pickle(includeCollectives, includeStackTraces, onlyActive)
+
+    def _dump_nccl_trace_json(includeCollectives=True, onlyActive=False):
+        if _C._groups_alive():
+            return _C._dump_trace_json(includeCollectives, onlyActive)
+        return torch_json(includeCollectives, onlyActive)
+
+    c10d._dump_nccl_trace = _dump_nccl_trace
+    c10d._dump_nccl_trace_json = _dump_nccl_trace_json
 
 
 def _devices():
@@ -47,7 +73,7 @@ def register():
             return
         import torch.distributed as dist
 
-        _load_core()
+        _C = _load_core()
         devices = _devices()
         dist.Backend.register_backend(
             BACKEND_NAME, _create_backend, extended_api=True, devices=devices
@@ -56,4 +82,9 @@ def register():
         # point of registering is to make mojo the default.
         for device in devices:
             dist.Backend.default_device_backend_map[device] = BACKEND_NAME
+        _install_trace_dumps(_C)
+        # A collective still running when the script ends gets two seconds,
+        # then is reported; Ctrl-C reaches the watchdog too.
+        atexit.register(_C._before_exit)
+        _C._watch_for_interrupts()
         _registered = True

@@ -25,6 +25,7 @@ class Variable:
     choices: tuple[str, ...] = ()  # allowed values, when it is a choice
     int_range: tuple[int, int] | None = None  # allowed range, when it is an integer
     used: bool = True  # False: a name of the user guide this version does not read yet
+    alias: str = ""  # an older name that means the same (PyTorch's NCCL-era names)
 
     def allowed(self) -> str:
         if self.choices:
@@ -93,10 +94,54 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "TORCH_MOJO_BACKEND_PG_WATCHDOG",
         "abort",
-        "what a collective that outlives the `init_process_group` timeout does: "
-        "`abort`, `report` or `off`",
+        "what a collective that outlives the `init_process_group` timeout (or a fatal library "
+        "error) does: `abort` reports, dumps and exits with status 1, `report` only reports and "
+        "dumps, `off` disables the watchdog and the flight recorder",
         choices=("abort", "report", "off"),
-        used=False,
+    ),
+    # The watchdog and flight recorder: PyTorch's names, with their meaning.
+    Variable(
+        "TORCH_FR_BUFFER_SIZE",
+        "2000",
+        "collectives the flight recorder keeps; `0` turns it off",
+        int_range=(0, 10_000_000),
+        alias="TORCH_NCCL_TRACE_BUFFER_SIZE",
+    ),
+    Variable(
+        "TORCH_FR_DUMP_TEMP_FILE",
+        "`~/.cache/torch/comm_lib_trace_rank_`",
+        "dump file prefix; the global rank is appended",
+        alias="TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+    ),
+    Variable("TORCH_NCCL_DUMP_ON_TIMEOUT", "1", "`0`: a timeout does not dump", choices=("0", "1")),
+    Variable(
+        "TORCH_NCCL_DEBUG_INFO_PIPE_FILE",
+        "unset",
+        "stem of a pipe, `<stem><rank>.pipe`; writing to it dumps that rank",
+    ),
+    Variable(
+        "TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC",
+        "15000",
+        "how long the rank that timed out waits for the others' dumps",
+        int_range=(0, 3_600_000),
+    ),
+    Variable(
+        "TORCH_NCCL_COORD_CHECK_MILSEC",
+        "1000",
+        "how often a rank checks whether another one asked for its report and dump",
+        int_range=(10, 3_600_000),
+    ),
+    Variable(
+        "TORCH_INCLUDE_STACK_TRACE",
+        "1",
+        "Python stacks in the automatic dumps",
+        choices=("0", "1"),
+    ),
+    Variable(
+        "TORCH_INCLUDE_ONLY_ACTIVE",
+        "0",
+        "`1`: the automatic dumps hold only collectives that have not completed",
+        choices=("0", "1"),
     ),
     # libmojoccl.
     Variable(
@@ -183,6 +228,7 @@ VARIABLES: tuple[Variable, ...] = (
 )
 
 BY_NAME = {variable.name: variable for variable in VARIABLES}
+BY_NAME.update({variable.alias: variable for variable in VARIABLES if variable.alias})
 
 
 def check_environment(environ=None) -> list[str]:
@@ -195,9 +241,9 @@ def check_environment(environ=None) -> list[str]:
     environ = os.environ if environ is None else environ
     notes = []
     for name in sorted(environ):
-        if not name.startswith(PREFIXES):
-            continue
         variable = BY_NAME.get(name)
+        if variable is None and not name.startswith(PREFIXES):
+            continue  # not ours: no warning for the rest of the environment
         if variable is None:
             close = difflib.get_close_matches(name, BY_NAME, n=1, cutoff=0.75)
             hint = f"; did you mean {close[0]}?" if close else ""
@@ -205,7 +251,7 @@ def check_environment(environ=None) -> list[str]:
             continue
         problem = variable.problem_with(environ[name])
         if problem:
-            raise ValueError(problem)
+            raise ValueError(problem.replace(variable.name, name, 1))
     for note in notes:
         warnings.warn(note, stacklevel=3)
     return notes
@@ -216,5 +262,6 @@ def markdown_table() -> str:
     lines = ["| Variable | Default | Allowed | Effect |", "|---|---|---|---|"]
     for variable in VARIABLES:
         effect = variable.effect if variable.used else f"{variable.effect} (not read by this version yet)"
-        lines.append(f"| `{variable.name}` | {variable.default} | {variable.allowed()} | {effect} |")
+        name = f"`{variable.name}` (or `{variable.alias}`)" if variable.alias else f"`{variable.name}`"
+        lines.append(f"| {name} | {variable.default} | {variable.allowed()} | {effect} |")
     return "\n".join(lines) + "\n"

@@ -1,0 +1,401 @@
+#include "backend/watchdog.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <vector>
+
+#include <c10/util/StringUtil.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "backend/flight_recorder.hpp"
+#include "backend/process_group_mojo.hpp"
+
+namespace torch_mojo {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr auto kPeriod = milliseconds(100);
+constexpr auto kWaitForReports = std::chrono::seconds(10);
+constexpr auto kGraceAtExit = std::chrono::seconds(2);
+
+std::atomic<bool> interrupted{false};
+Clock::time_point interruptedAt;
+struct sigaction previousSigint {};
+
+void onSigint(int signal) {
+  if (!interrupted.exchange(true)) interruptedAt = Clock::now();
+  if (previousSigint.sa_handler != SIG_DFL && previousSigint.sa_handler != SIG_IGN)
+    previousSigint.sa_handler(signal);
+}
+
+std::string environment(const char* name, const char* alternative = nullptr) {
+  for (const char* key : {name, alternative}) {
+    if (key == nullptr) continue;
+    const char* value = std::getenv(key);
+    if (value != nullptr && value[0] != '\0') return value;
+  }
+  return "";
+}
+
+milliseconds millisecondsFrom(const char* name, milliseconds fallback) {
+  std::string text = environment(name);
+  return text.empty() ? fallback : milliseconds(std::atoll(text.c_str()));
+}
+
+double secondsSince(Clock::time_point then) {
+  return std::chrono::duration<double>(Clock::now() - then).count();
+}
+
+std::string seconds(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f s", value);
+  return text;
+}
+
+// What a rank says about itself in a desync report: "state\tsequence\twhat\tage".
+struct Whereabouts {
+  std::string state;  // "running", or how its last collective ended: "completed", "failed"
+  uint64_t sequence = 0;
+  std::string what;
+  double age = 0;
+
+  static Whereabouts of(ProcessGroupMojo& group) {
+    auto health = group.health();
+    if (health.running) return {"running", health.current.sequence, health.current.what,
+                                secondsSince(health.current.issued)};
+    if (health.recent.empty()) return {"completed", 0, "", 0};
+    const auto& last = health.recent.back();
+    bool failed = last.state == ProcessGroupMojo::Trace::State::Failed;
+    return {failed ? "failed" : "completed", last.sequence, last.what, 0};
+  }
+  std::string encode() const {
+    return state + "\t" + std::to_string(sequence) + "\t" + what + "\t" + std::to_string(age);
+  }
+  static Whereabouts decode(const std::vector<uint8_t>& bytes) {
+    std::vector<std::string> fields;
+    std::stringstream stream(std::string(bytes.begin(), bytes.end()));
+    for (std::string field; std::getline(stream, field, '\t');) fields.push_back(field);
+    if (fields.size() < 4) return {};
+    return {fields[0], std::stoull(fields[1]), fields[2], std::stod(fields[3])};
+  }
+  std::string describe() const {
+    if (state == "running") return "#" + std::to_string(sequence) + " " + what + ", for " + seconds(age);
+    if (sequence == 0) return "it has issued none";
+    return "its last, #" + std::to_string(sequence) + " " + what + ", " + state;
+  }
+};
+
+std::string statusKey(uint64_t epoch, int rank) {
+  return "mojo_watchdog/" + std::to_string(epoch) + "/where/" + std::to_string(rank);
+}
+std::string dumpedKey(uint64_t epoch, int rank) {
+  return "mojo_watchdog/" + std::to_string(epoch) + "/dumped/" + std::to_string(rank);
+}
+const char* const kEpochKey = "mojo_watchdog/epoch";
+
+void say(int globalRank, const std::string& line) {
+  std::fprintf(stderr, "[rank %d] %s\n", globalRank, line.c_str());
+}
+
+// "rank 3" or "ranks 0, 2"
+std::string ranks(const std::vector<int>& which) {
+  std::string text;
+  for (int rank : which) text += (text.empty() ? "" : ", ") + std::to_string(rank);
+  return (which.size() == 1 ? "rank " : "ranks ") + text;
+}
+
+std::string reportedWhat(const ProcessGroupMojo::Health& health, uint64_t sequence) {
+  for (const auto& trace : health.recent)
+    if (trace.sequence == sequence) return trace.what;
+  return health.failed.what;
+}
+
+// This rank's answer to a request: where it is, then its dump.
+void answer(ProcessGroupMojo& group, uint64_t epoch) {
+  const auto& settings = WatchdogSettings::get();
+  c10d::Store& store = group.store();
+  std::string where = Whereabouts::of(group).encode();
+  store.set(statusKey(epoch, group.getRank()), std::vector<uint8_t>(where.begin(), where.end()));
+  if (settings.dumpOnTimeout && flight_recorder::enabled()) {
+    group.recordGroupRanks();
+    flight_recorder::writeDump(group.globalRank(), settings.onlyActive);
+    store.set(dumpedKey(epoch, group.getRank()), std::vector<uint8_t>{'1'});
+  }
+}
+
+}  // namespace
+
+const WatchdogSettings& WatchdogSettings::get() {
+  static const WatchdogSettings settings = [] {
+    WatchdogSettings s{};
+    std::string mode = environment("TORCH_MOJO_BACKEND_PG_WATCHDOG");
+    s.mode = mode == "off" ? Mode::Off : mode == "report" ? Mode::Report : Mode::Abort;
+    s.dumpOnTimeout = environment("TORCH_NCCL_DUMP_ON_TIMEOUT") != "0";
+    s.pipeStem = environment("TORCH_NCCL_DEBUG_INFO_PIPE_FILE");
+    s.waitForDumps = millisecondsFrom("TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC", milliseconds(15000));
+    s.coordinationPeriod = millisecondsFrom("TORCH_NCCL_COORD_CHECK_MILSEC", milliseconds(1000));
+    s.onlyActive = environment("TORCH_INCLUDE_ONLY_ACTIVE") == "1";
+    return s;
+  }();
+  return settings;
+}
+
+Watchdog& Watchdog::get() {
+  // Never destroyed: its thread runs until the process ends.
+  static Watchdog* watchdog = new Watchdog();
+  return *watchdog;
+}
+
+Watchdog::Watchdog() { thread_ = std::thread(&Watchdog::loop, this); }
+
+void Watchdog::add(ProcessGroupMojo* group) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  groups_.insert(group);
+  if (pipe_ < 0 && !WatchdogSettings::get().pipeStem.empty()) {
+    std::string path = WatchdogSettings::get().pipeStem + std::to_string(group->globalRank()) + ".pipe";
+    mkfifo(path.c_str(), 0600);
+    pipe_ = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  }
+}
+
+void Watchdog::remove(ProcessGroupMojo* group) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  groups_.erase(group);
+}
+
+void Watchdog::wake() { wakeUp_.notify_all(); }
+
+bool Watchdog::anyGroupAlive() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !groups_.empty();
+}
+
+void Watchdog::loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    wakeUp_.wait_for(lock, kPeriod);
+    std::vector<ProcessGroupMojo*> groups(groups_.begin(), groups_.end());
+    // A group is removed only under mutex_; inspecting one keeps it alive
+    // because remove() waits for this lock.
+    for (ProcessGroupMojo* group : groups) inspect(*group);
+    serveDumpPipe();
+    if (interrupted.load() && !interruptHandled_) handleInterrupt();
+  }
+}
+
+void Watchdog::inspect(ProcessGroupMojo& group) {
+  answerRequests(group);
+  auto health = group.health();
+  if (!health.failure.empty()) {
+    endTheRun(group, "collective #" + std::to_string(health.failed.sequence) + " (" +
+                         health.failed.what + ") failed: " + health.failure,
+              health.failed.sequence, "failed");
+    return;
+  }
+  if (!health.running || group.reported(health.current.sequence)) return;
+  double age = secondsSince(health.current.issued);
+  double timeout = std::chrono::duration<double>(health.timeout).count();
+  if (age < timeout) return;
+  endTheRun(group,
+            "Watchdog caught collective operation timeout: collective #" +
+                std::to_string(health.current.sequence) + " (" + health.current.what +
+                ") on cpu has not completed " + seconds(age) + " after it was issued (timeout " +
+                seconds(timeout) + ", the timeout= of init_process_group).",
+            health.current.sequence, "timed out");
+}
+
+void Watchdog::answerRequests(ProcessGroupMojo& group) {
+  if (!group.coordinationDue(WatchdogSettings::get().coordinationPeriod)) return;
+  try {
+    uint64_t epoch = static_cast<uint64_t>(group.store().add(kEpochKey, 0));
+    if (!group.newRequest(epoch)) return;
+    answer(group, epoch);
+  } catch (const std::exception&) {
+    // The store is gone (rank 0 ended): nobody can ask any more.
+  }
+}
+
+void Watchdog::endTheRun(ProcessGroupMojo& group, const std::string& headline, uint64_t sequence,
+                         const std::string& outcome) {
+  const auto& settings = WatchdogSettings::get();
+  const int me = group.globalRank();
+  group.markReported(sequence);
+  auto health = group.health();
+  say(me, headline);
+  say(me, "  last collectives issued on cpu, oldest first:");
+  for (const auto& trace : health.recent) {
+    std::string state = trace.state == ProcessGroupMojo::Trace::State::Completed ? "completed"
+                        : trace.state == ProcessGroupMojo::Trace::State::Failed  ? "failed"
+                        : trace.state == ProcessGroupMojo::Trace::State::Queued  ? "queued"
+                                                                                 : "pending for " + seconds(secondsSince(trace.issued));
+    say(me, "    #" + std::to_string(trace.sequence) + " " + trace.what + "  " + state +
+                (trace.sequence == sequence ? "  <-- " + outcome : ""));
+  }
+  std::fflush(stderr);
+
+  // Ask the others where they are, and for their dumps.
+  const auto started = Clock::now();
+  const std::vector<uint64_t> globalRanks = group.globalRanks();
+  std::map<int, Whereabouts> answers;
+  try {
+    c10d::Store& store = group.store();
+    uint64_t epoch = static_cast<uint64_t>(store.add(kEpochKey, 1));
+    group.newRequest(epoch);  // our own request: answered here, not by answerRequests
+    answer(group, epoch);
+    while (Clock::now() - started < kWaitForReports) {
+      for (int rank = 0; rank < group.getSize(); ++rank)
+        if (!answers.count(rank) && store.check({statusKey(epoch, rank)}))
+          answers[rank] = Whereabouts::decode(store.get(statusKey(epoch, rank)));
+      if (static_cast<int>(answers.size()) == group.getSize()) break;
+      std::this_thread::sleep_for(kPeriod);
+    }
+    std::vector<int> same, missing;
+    std::vector<std::string> elsewhere, idle;
+    const std::string target = health.current.sequence == sequence ? health.current.what : reportedWhat(health, sequence);
+    for (int rank = 0; rank < group.getSize(); ++rank) {
+      if (rank == group.getRank()) continue;
+      int global = static_cast<int>(globalRanks[rank]);
+      auto found = answers.find(rank);
+      if (found == answers.end())
+        missing.push_back(global);
+      else if (found->second.state != "running")
+        idle.push_back("rank " + std::to_string(global) + " (" + found->second.describe() + ")");
+      else if (found->second.sequence == sequence && found->second.what == target)
+        same.push_back(global);
+      else
+        elsewhere.push_back("rank " + std::to_string(global) + " (" + found->second.describe() + ")");
+    }
+    say(me, "Desync report for collective #" + std::to_string(sequence) + " (" + target +
+                ") of a group of " + std::to_string(group.getSize()) + " ranks, from rank " +
+                std::to_string(me) + ":");
+    if (!same.empty()) say(me, "  waiting in the same collective: " + ranks(same));
+    for (const auto& line : elsewhere) say(me, "  in another collective: " + line);
+    for (const auto& line : idle) say(me, "  not in a collective: " + line);
+    if (!missing.empty())
+      say(me, "  sent no report within " +
+                  seconds(std::chrono::duration<double>(kWaitForReports).count()) + ": " + ranks(missing));
+    if (!missing.empty() || !idle.empty())
+      say(me, "  => a rank that is not in this collective, or sent no report, usually never "
+              "issued it or is blocked elsewhere (py-spy dump --pid <pid> shows where): look there "
+              "first.");
+    else if (!elsewhere.empty())
+      say(me, "  => the ranks did not issue the same collectives in the same order.");
+    else
+      say(me, "  => every rank is in this collective: this report cannot tell why it does not "
+              "complete (a rank may be slow, or point-to-point transfers may not match).");
+    std::fflush(stderr);
+    // The dumps, from every rank that can still write one.
+    if (settings.dumpOnTimeout && flight_recorder::enabled()) {
+      while (Clock::now() - started < settings.waitForDumps) {
+        bool all = true;
+        for (int rank = 0; rank < group.getSize() && all; ++rank)
+          all = !answers.count(rank) || store.check({dumpedKey(epoch, rank)});
+        if (all) break;
+        std::this_thread::sleep_for(kPeriod);
+      }
+    }
+  } catch (const std::exception& error) {
+    say(me, std::string("  (no desync report: the store is unreachable: ") + error.what() + ")");
+  }
+  if (settings.dumpOnTimeout && flight_recorder::enabled()) {
+    group.recordGroupRanks();
+    say(me, "Flight recorder dumped to " + flight_recorder::writeDump(me, settings.onlyActive));
+  }
+  std::fflush(stderr);
+
+  if (settings.mode != WatchdogSettings::Mode::Abort) {
+    group.releaseFailedJob(sequence);
+    return;
+  }
+  say(me, "Aborting the communicators and exiting with status 1 "
+          "(TORCH_MOJO_BACKEND_PG_WATCHDOG=report would leave the process waiting).");
+  std::fflush(stderr);
+  for (ProcessGroupMojo* each : groups_) each->abortCommunicator();
+  _exit(1);
+}
+
+void Watchdog::serveDumpPipe() {
+  if (pipe_ < 0) return;
+  pollfd entry{pipe_, POLLIN, 0};
+  if (poll(&entry, 1, 0) <= 0 || !(entry.revents & (POLLIN | POLLHUP))) return;
+  char buffer[256];
+  bool requested = false;
+  ssize_t got;
+  while ((got = read(pipe_, buffer, sizeof(buffer))) > 0) requested = true;
+  if (requested && !groups_.empty() && flight_recorder::enabled()) {
+    int rank = (*groups_.begin())->globalRank();
+    say(rank, "Flight recorder dumped to " +
+                  flight_recorder::writeDump(rank, WatchdogSettings::get().onlyActive) +
+                  " (asked through the debug pipe)");
+  }
+}
+
+void Watchdog::handleInterrupt() {
+  // Ctrl-C: the main thread may be inside a collective and cannot raise
+  // KeyboardInterrupt until it returns. Give running collectives the grace
+  // period, then report them and release the calls.
+  if (Clock::now() - interruptedAt < kGraceAtExit) return;
+  interruptHandled_ = true;
+  for (ProcessGroupMojo* group : groups_) {
+    auto health = group->health();
+    if (!health.running) continue;
+    group->markReported(health.current.sequence);
+    say(group->globalRank(), "collective #" + std::to_string(health.current.sequence) + " (" +
+                                 health.current.what + ") was still running 2 s after Ctrl-C "
+                                 "(SIGINT); releasing it so that the script can stop");
+    group->abortCommunicator();
+  }
+  std::fflush(stderr);
+}
+
+void Watchdog::beforeExit() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const auto deadline = Clock::now() + kGraceAtExit;
+  for (ProcessGroupMojo* group : groups_) {
+    while (group->health().busy && Clock::now() < deadline) {
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      lock.lock();
+    }
+    auto health = group->health();
+    if (!health.busy || group->reported(health.current.sequence)) continue;
+    group->markReported(health.current.sequence);
+    say(group->globalRank(), "collective #" + std::to_string(health.current.sequence) + " (" +
+                                 health.current.what +
+                                 ") is still running 2 s after the script ended; it never completed");
+    if (WatchdogSettings::get().dumpOnTimeout && flight_recorder::enabled()) {
+      group->recordGroupRanks();
+      say(group->globalRank(), "Flight recorder dumped to " +
+                                   flight_recorder::writeDump(group->globalRank(),
+                                                              WatchdogSettings::get().onlyActive));
+    }
+    // Releases the running call and fails the queued ones, so that the
+    // group can be torn down with the interpreter.
+    group->abortCommunicator();
+  }
+  std::fflush(stderr);
+}
+
+void watchForInterrupts() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction ours {};
+    ours.sa_handler = onSigint;
+    sigemptyset(&ours.sa_mask);
+    sigaction(SIGINT, &ours, &previousSigint);
+  });
+}
+
+}  // namespace torch_mojo

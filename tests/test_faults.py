@@ -1,0 +1,131 @@
+"""Faults on real multi-process jobs: a skipped collective, disagreeing
+ranks, a killed rank, a rank that raises, a late rank, Ctrl-C. For each:
+every surviving rank ends with a clear message in bounded time, exit codes
+say who failed, flight-recorder dumps analyse with PyTorch's fr_trace, no
+process is left behind and nothing of ours is left in /dev/shm."""
+
+import glob
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.harness import RanksJob, run_worker, worker_command
+
+TIMEOUT_S = 4
+
+
+@pytest.fixture
+def clean_shm():
+    before = set(glob.glob("/dev/shm/mojoccl-*"))
+    yield
+    assert set(glob.glob("/dev/shm/mojoccl-*")) <= before, "shared memory left behind"
+
+
+def run_fault(scenario, tmp_path, *, timeout=60, env=None):
+    env = {"FAULT_TIMEOUT_S": str(TIMEOUT_S), "TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / "fr_rank_"),
+           "TORCH_MOJO_BACKEND_TRACE": "0", **(env or {})}
+    start = time.monotonic()
+    results = run_worker("faults", 2, scenario, env=env, timeout=timeout, check=False)
+    return results, time.monotonic() - start
+
+
+def fr_trace(tmp_path, *options):
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(tmp_path),
+                             "-p", "fr_rank_", *options], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result.stdout + result.stderr  # the analyser logs to stderr
+
+
+def test_a_skipped_collective_is_reported_with_the_rank_that_skipped_it(tmp_path, clean_shm):
+    results, seconds = run_fault("skip", tmp_path)
+    waiter, skipper = results
+    assert waiter.returncode == 1, waiter.stderr
+    err = waiter.stderr
+    assert ("[rank 0] Watchdog caught collective operation timeout: collective #2 "
+            "(all_reduce 1024 x float32 sum) on cpu has not completed") in err, err
+    assert "[rank 0]   last collectives issued on cpu, oldest first:" in err
+    assert "#1 all_reduce 1024 x float32 sum  completed" in err
+    assert "<-- timed out" in err
+    assert "not in a collective: rank 1 (its last, #1 all_reduce 1024 x float32 sum, completed)" in err
+    assert "look there first" in err
+    assert "Aborting the communicators and exiting with status 1" in err
+    assert skipper.returncode == 0, skipper.stderr  # it was only slow to join: its own run goes on
+    analysis = fr_trace(tmp_path)
+    assert "missing ranks: {1}" in analysis and "collective: nccl:all_reduce" in analysis, analysis
+    assert seconds < TIMEOUT_S + 30
+
+
+def test_disagreeing_ranks_all_raise_and_stay_usable(tmp_path, clean_shm):
+    results, _ = run_fault("mismatch", tmp_path)
+    for result in results:
+        assert result.returncode == 0, result.stderr
+        out = result.stdout
+        assert "count: DistBackendError" in out and "rank 1 called ncclAllReduce(count=8" in out, out
+        assert "rank 0 called ncclAllReduce(count=4, float32, sum)" in out, out
+        assert "dtype: DistBackendError" in out and "float64" in out, out
+        assert "op: DistBackendError" in out and "max" in out, out
+        assert "root: DistBackendError" in out and "root=1" in out and "root=0" in out, out
+        assert "after the mismatches: 4.0" in out  # 1 + 1, then 2 + 2
+
+
+@pytest.mark.parametrize("scenario", ["killed", "exception"])
+def test_a_rank_that_dies_is_reported_at_once_not_at_the_timeout(scenario, tmp_path, clean_shm):
+    results, seconds = run_fault(scenario, tmp_path, env={"FAULT_TIMEOUT_S": "600"})
+    survivor, dead = results
+    assert dead.returncode != 0
+    assert survivor.returncode == 1, survivor.stderr
+    assert "collective #2 (all_reduce 1024 x float32 sum) failed" in survivor.stderr
+    # SIGKILL: the process is gone; an exception: Python ends it and the
+    # communicator goes with it. Either is named.
+    named = ("rank 1 (pid" in survivor.stderr and "exited" in survivor.stderr) or \
+        "rank 1 destroyed or aborted its communicator" in survivor.stderr
+    assert named, survivor.stderr
+    # The run ends with the report: the error never reaches the script.
+    assert "Desync report" in survivor.stderr and "DistBackendError" not in survivor.stderr
+    assert "sent no report" in survivor.stderr
+    assert seconds < 40  # the timeout is 600 s: found as it happened
+    # A dead rank leaves no dump: the analyser reads what there is.
+    analysis = fr_trace(tmp_path, "--allow-incomplete-ranks")
+    assert "missed FR dumps from ranks ({1})" in analysis, analysis
+
+
+def test_a_late_rank_within_the_timeout_succeeds(tmp_path, clean_shm):
+    results, _ = run_fault("late", tmp_path)
+    for result in results:
+        assert result.returncode == 0, result.stderr
+        assert "late: completed with 4.0" in result.stdout  # 1 + 1, then 2 + 2
+
+
+def test_set_timeout_shortens_the_timeout_of_a_live_group(tmp_path, clean_shm):
+    results, seconds = run_fault("set_timeout", tmp_path, env={"FAULT_TIMEOUT_S": "600"})
+    assert results[0].returncode == 1, results[0].stderr
+    assert "(timeout 1.0 s, the timeout= of init_process_group)" in results[0].stderr
+    assert seconds < 40
+
+
+def test_ctrl_c_ends_every_rank(tmp_path, clean_shm):
+    job = RanksJob(worker_command("faults", "interrupt"), 2,
+                   env={"FAULT_TIMEOUT_S": "600", "TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / "fr_rank_")})
+    job.wait_for_output(0, "waiting in collective #2")
+    job.wait_for_output(1, "ready")
+    time.sleep(0.5)
+    start = time.monotonic()
+    job.signal(signal.SIGINT)
+    results = job.wait(timeout=60, check=False)
+    assert time.monotonic() - start < 30
+    for result in results:
+        assert result.returncode != 0, result.stdout
+    assert "KeyboardInterrupt" in results[1].stderr
+    assert "[rank 0]" in results[0].stderr, results[0].stderr
+
+
+def test_soak_random_collectives_on_four_ranks(clean_shm):
+    # 1,500 random operations: all_reduce, reduce, broadcast, all_gather,
+    # reduce_scatter, all_to_all; 4 dtypes, 4 reduce ops, sizes 0-200,000,
+    # the world and 4 subgroups, half asynchronous; every result checked.
+    results = run_worker("soak", 4, "1500", timeout=240)
+    for result in results:
+        assert ", 0 wrong" in result.stdout, result.stdout
