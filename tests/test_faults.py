@@ -71,7 +71,7 @@ def test_disagreeing_ranks_all_raise_and_stay_usable(tmp_path, clean_shm):
         assert "after the mismatches: 4.0" in out  # 1 + 1, then 2 + 2
 
 
-@pytest.mark.parametrize("scenario", ["killed", "exception"])
+@pytest.mark.parametrize("scenario", ["killed", "killed_sender", "exception"])
 def test_a_rank_that_dies_is_reported_at_once_not_at_the_timeout(scenario, tmp_path, clean_shm):
     results, seconds = run_fault(scenario, tmp_path, env={"FAULT_TIMEOUT_S": "600"})
     survivor, dead = results

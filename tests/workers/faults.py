@@ -6,6 +6,8 @@ prints what the rank saw; the test reads stdout, stderr and exit codes.
   skip        rank 1 never issues collective #2 (it idles past the timeout)
   mismatch    ranks disagree on count, dtype, op, then root; each must raise
   killed      rank 1 is SIGKILLed while rank 0 waits in a collective
+  killed_sender  rank 1 sends rank 0 a large message, then is SIGKILLed before
+              rank 0 takes it: the message's buffer must not outlive the job
   exception   rank 1 raises an exception and exits while rank 0 waits
   late        rank 1 arrives 2 s late, within the timeout: must succeed
   interrupt   the test sends SIGINT to both ranks while rank 0 waits
@@ -62,6 +64,12 @@ def main():
         if rank == 1:
             time.sleep(0.5)
             os.kill(os.getpid(), signal.SIGKILL)
+        dist.all_reduce(tensor)
+    elif scenario == "killed_sender":
+        if rank == 1:
+            dist.send(torch.ones(600_000), 0)  # buffered in a segment of its own
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(1)
         dist.all_reduce(tensor)
     elif scenario == "exception":
         if rank == 1:

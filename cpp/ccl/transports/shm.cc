@@ -10,6 +10,11 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
+#include <cstdio>
+#include <cstdlib>
+
 #include <algorithm>
 
 #include "../bootstrap.h"
@@ -120,6 +125,7 @@ ShmTransport::ShmTransport(Bootstrap& bootstrap, std::vector<ShmPeer> peers, int
 
   channels_ = segment_.data() + controlBytes;
   slots_ = channels_ + channelsBytes;
+  removeOrphanBuffers();  // left by processes of this user that were killed
   for (const auto& peer : peers_) pidfds_.push_back(peer.pid == getpid() ? -1 : openPidfd(peer.pid));
   crossMemoryAttach_ = probeCrossMemoryAttach(bootstrap);
 }
@@ -170,6 +176,7 @@ ShmTransport::~ShmTransport() {
       reinterpret_cast<BufferHeader*>(buffer.segment.data())->retired.store(1);
       SharedSegment::unlink(bufferName(self_, peer, buffer.serial));  // if never opened
     }
+  removeOrphanBuffers();  // messages a killed peer sent us and we never took
   if (segment_.data() == nullptr) return;
   ControlBlock& mine = control(self_);
   mine.departed.store(1);
@@ -263,9 +270,38 @@ void ShmTransport::releaseReceive(int peer) {
 
 // ------------------------------------------------------------ buffers
 
+// "<segment>-p<sender pid>-<from>to<to>-<serial>": the pid lets any later
+// process of this user tell an orphan (its sender is gone) from a message
+// in flight.
 std::string ShmTransport::bufferName(int from, int to, uint64_t serial) const {
-  return name_ + "-" + std::to_string(from) + "to" + std::to_string(to) + "-" +
-         std::to_string(serial);
+  return name_ + "-p" + std::to_string(peers_[from].pid) + "-" + std::to_string(from) + "to" +
+         std::to_string(to) + "-" + std::to_string(serial);
+}
+
+// A process that ended, or has ended and waits to be reaped (a zombie).
+static bool processGone(int pid) {
+  if (kill(pid, 0) != 0) return errno == ESRCH;
+  FILE* stat = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (stat == nullptr) return false;
+  char state = '?';
+  int scanned = std::fscanf(stat, "%*d (%*[^)]) %c", &state);
+  std::fclose(stat);
+  return scanned == 1 && state == 'Z';
+}
+
+void removeOrphanBuffers() {
+  // Ours are /dev/shm/mojoccl-<uid>-...; buffers carry "-p<pid>-".
+  const std::string prefix = "mojoccl-" + std::to_string(getuid()) + "-";
+  DIR* directory = opendir("/dev/shm");
+  if (directory == nullptr) return;
+  while (dirent* entry = readdir(directory)) {
+    std::string name = entry->d_name;
+    size_t mark = name.find("-p", prefix.size());
+    if (name.compare(0, prefix.size(), prefix) != 0 || mark == std::string::npos) continue;
+    int pid = std::atoi(name.c_str() + mark + 2);
+    if (pid > 0 && processGone(pid)) SharedSegment::unlink("/" + name);
+  }
+  closedir(directory);
 }
 
 ShmTransport::Buffer ShmTransport::claimOutgoingBuffer(int peer, size_t bytes) {

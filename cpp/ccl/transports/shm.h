@@ -31,6 +31,10 @@ namespace mojoccl {
 class Bootstrap;
 struct Counter;
 
+// Unlinks the large-message buffers in /dev/shm whose sending process has
+// ended (this user's only). The node segment itself is unlinked at set-up.
+void removeOrphanBuffers();
+
 // The round counters every rank publishes, in the order a round passes them.
 enum class Stage : int { Posted = 0, Reduced = 1, Done = 2 };
 constexpr int kStages = 3;
