@@ -27,9 +27,19 @@ def main():
         members = [m for m in members if m < world]
         groups.append((dist.new_group(members), members))
     draw = random.Random(1234)
-    pending = []  # (work, check) of asynchronous operations not yet waited for
+    pending = []  # asynchronous operations not yet waited for
     failures = []
     done = 0
+
+    def drain():
+        nonlocal done
+        for work, got, want, what in pending:
+            work.wait()
+            if not torch.equal(got, want):
+                failures.append(what)
+            done += 1
+        pending.clear()
+
     for index in range(operations):
         group, members = draw.choice(groups)
         kind = draw.choice(["all_reduce", "broadcast", "all_gather", "reduce_scatter", "reduce", "all_to_all"])
@@ -72,17 +82,8 @@ def main():
         name = f"op {index}: {kind} {dtype} {op} n={numel} group={members} root={root}"
         pending.append((work, tensor, expected, name))
         if not asynchronous or len(pending) > 8:
-            for work, got, want, what in pending:
-                work.wait()
-                if not torch.equal(got, want):
-                    failures.append(what)
-                done += 1
-            pending.clear()
-    for work, got, want, what in pending:
-        work.wait()
-        if not torch.equal(got, want):
-            failures.append(what)
-        done += 1
+            drain()
+    drain()
     dist.barrier()
     dist.destroy_process_group()
     print(f"soak: {done} operations checked, {len(failures)} wrong")
