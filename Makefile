@@ -6,7 +6,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 NPROC ?= 2
-SOURCES := $(shell find cpp kernels -type f) CMakeLists.txt pyproject.toml
+SOURCES := $(shell find cpp kernels modulefiles cmake -type f) CMakeLists.txt pyproject.toml
 
 .PHONY: demo test build setup clean
 

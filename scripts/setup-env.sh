@@ -8,8 +8,9 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
 # Compilers, CMake and the JSON header of torch's flight recorder for the C++
-# core; Open MPI for the benchmark's MPI baseline (mpi4py builds against it).
-APT_PACKAGES=(g++ make cmake nlohmann-json3-dev openmpi-bin libopenmpi-dev)
+# core; Open MPI for the benchmark's MPI baseline (mpi4py builds against it);
+# Lmod for the modulefile tests; libfabric for the node-to-node transport.
+APT_PACKAGES=(g++ make cmake nlohmann-json3-dev openmpi-bin libopenmpi-dev lmod libfabric-dev libfabric-bin)
 
 missing=()
 for package in "${APT_PACKAGES[@]}"; do

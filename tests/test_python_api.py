@@ -110,11 +110,43 @@ def test_docs_environment_table_is_generated_from_the_table():
 
 def test_cli_info_and_cache_dir():
     out = python("from torch_mojo.cli import main; main(['info'])")
-    assert re.search(r"libmojoccl\.so: /\S+/lib/libmojoccl\.so", out), out
-    assert "built with torch 2.13.0" in out
+    assert re.search(r"cpu   libmojoccl\.so +/\S+/lib/libmojoccl\.so  \(installed with torch-mojo\)", out), out
+    assert "(torch-mojo built with 2.13.0)" in out and "kernels: Mojo 1.2.0, CPU x86-64-v3" in out
+    assert re.search(r"libfabric 1\.\d+: /\S+/libfabric\.so\.1", out), out
     out = python("from torch_mojo.cli import main; main(['cache', 'dir'])",
                  TORCH_MOJO_BACKEND_CACHE_DIR="/shared/cache")
     assert out.strip() == "/shared/cache"
+
+
+def info_json(**env_vars):
+    import json
+
+    return json.loads(python("from torch_mojo.cli import main; main(['info', '--json'])", **env_vars))
+
+
+def test_cli_info_json_reports_libraries_and_the_environment():
+    report = info_json(MOJOCCL_FABRIC_PROVIDR="cxi", MOJOCCL_ALGO="fast",
+                       TORCH_MOJO_BACKEND_NCCL_LIB="/nowhere/libnccl.so.2")
+    libraries = report["collective_libraries"]
+    assert Path(libraries["cpu"]["path"]).name == "libmojoccl.so" and Path(libraries["cpu"]["path"]).exists()
+    assert libraries["cuda"]["path"] is None
+    assert libraries["cuda"]["source"] == "TORCH_MOJO_BACKEND_NCCL_LIB=/nowhere/libnccl.so.2: no such file"
+    assert libraries["rocm"]["searched"][-3:] == ["$ROCM_PATH/lib", "/opt/rocm/lib", "the library path"]
+    fabric = report["libfabric"]
+    assert Path(fabric["path"]).exists() and "tcp" in fabric["providers"]  # Debian's libfabric
+    assert report["kernels"]["mojo"] == "1.2.0" and report["kernels"]["gpu_kernels"] is False
+    environment = report["environment"]
+    assert "did you mean MOJOCCL_FABRIC_PROVIDER?" in environment["unknown"]["MOJOCCL_FABRIC_PROVIDR"]
+    assert "expected one of auto, one_shot, two_shot" in environment["invalid"]["MOJOCCL_ALGO"]
+    assert "MOJOCCL_BOOTSTRAP_TIMEOUT_S" in environment["at_default"]
+
+
+def test_cli_info_follows_the_users_choices():
+    fabric = info_json()["libfabric"]["path"]
+    report = info_json(TORCH_MOJO_BACKEND_CCL="mojo", MOJOCCL_LIBFABRIC=fabric)
+    assert report["accelerator_ccl"] == "mojo"
+    assert report["collective_libraries"]["cuda"]["library"] == "libmojoccl.so"
+    assert report["libfabric"]["source"] == "MOJOCCL_LIBFABRIC" and report["libfabric"]["path"] == fabric
 
 
 # ------------------------------------------------------ use_local_rank_gpu

@@ -1,6 +1,7 @@
 """The ``torch-mojo`` command."""
 
 import argparse
+import json
 import os
 import sys
 
@@ -16,29 +17,95 @@ def cache_dir():
     return os.path.join(base, "torch-mojo")
 
 
-def _info():
+def info() -> dict:
+    """What `torch-mojo info` reports, as data (`--json` prints it)."""
     import torch
 
-    from torch_mojo._paths import library_dir
+    from torch_mojo import libraries
+    from torch_mojo._paths import package_dir
+    from torch_mojo.env import VARIABLES, review_environment
 
-    print(f"torch-mojo {__version__}")
-    print(f"torch {torch.__version__}")
     try:
         from torch_mojo import _C
 
-        print(f"built with torch {_C.BUILT_WITH_TORCH}")
+        built_with = _C.BUILT_WITH_TORCH
     except ImportError as error:
-        print(f"C++ core: not loadable ({error})")
-    for library in ("libmojoccl.so", "libtorch_mojo_kernels.so"):
-        path = os.path.join(library_dir(), library)
-        print(f"{library}: {path if os.path.exists(path) else 'missing'}")
-    print(f"cache dir: {cache_dir()}")
+        built_with = f"C++ core not loadable: {error}"
+    build = libraries.build_info()
+    fabric = libraries.find_libfabric()
+    fabric_details = libraries.libfabric_details(fabric.path) if fabric.path else {}
+    review = review_environment()
+    return {
+        "torch_mojo": {"version": __version__, "package": package_dir()},
+        "torch": {"version": torch.__version__, "torch_mojo_built_with": built_with},
+        "kernels": {
+            "library": os.path.join(package_dir(), "lib", "libtorch_mojo_kernels.so"),
+            "mojo": build["mojo"],
+            "cpu_target": build["kernel_cpu_target"],
+            "gpu_targets_requested": [target for target in build["gpu_targets"].split(";") if target],
+            "gpu_kernels": False,
+        },
+        "accelerator_ccl": libraries.accelerator_ccl(),
+        "collective_libraries": {device: lookup.to_dict()
+                                 for device, lookup in libraries.collective_libraries().items()},
+        "libfabric": {**fabric.to_dict(), **fabric_details},
+        "cache_dir": cache_dir(),
+        "environment": {
+            "set": review.known, "unknown": review.unknown, "invalid": review.invalid,
+            "at_default": [variable.name for variable in VARIABLES if variable.name not in review.known],
+        },
+    }
+
+
+def _print_info(report: dict) -> None:
+    kernels = report["kernels"]
+    gpu = ", ".join(kernels["gpu_targets_requested"]) or "none requested"
+    print(f"torch-mojo {report['torch_mojo']['version']}  ({report['torch_mojo']['package']})")
+    print(f"torch {report['torch']['version']}  (torch-mojo built with {report['torch']['torch_mojo_built_with']})")
+    print(f"kernels: Mojo {kernels['mojo']}, CPU {kernels['cpu_target']}; GPU kernels not in this version "
+          f"(GPU targets: {gpu})")
+    print(f"collective libraries (accelerators: {report['accelerator_ccl']}):")
+    for device, lookup in report["collective_libraries"].items():
+        where = f"{lookup['path']}  ({lookup['source']})" if lookup["path"] else \
+            f"{lookup['source']}; searched {', '.join(lookup['searched'])}"
+        note = "" if device == "cpu" else "  [accelerator tensors: not supported by this version]"
+        print(f"  {device:5s} {lookup['library']:15s} {where}{note}")
+    fabric = report["libfabric"]
+    if fabric["path"]:
+        print(f"libfabric {fabric['version']}: {fabric['path']}  ({fabric['source']})")
+        print(f"  providers: {', '.join(fabric['providers']) or 'none available on this machine'}")
+    else:
+        print(f"libfabric: {fabric['source']}; searched {', '.join(fabric['searched'])}")
+    print(f"cache dir: {report['cache_dir']}")
+    environment = report["environment"]
     print("environment:")
-    for variable in VARIABLES:
-        value = os.environ.get(variable.name)
-        shown = value if value is not None else f"(default: {variable.default})"
-        unread = "" if variable.used else "   [not read by this version yet]"
-        print(f"  {variable.name}={shown}{unread}")
+    for name, value in environment["set"].items():
+        problem = environment["invalid"].get(name)
+        print(f"  {name}={value}" + (f"   INVALID: {problem}" if problem else ""))
+    for name, note in environment["unknown"].items():
+        print(f"  {name}={os.environ.get(name, '')}   UNKNOWN: {note}")
+    print(f"  ({len(environment['at_default'])} more at their defaults: `torch-mojo env` lists them)")
+
+
+def _modulefile(args):
+    from torch_mojo import modulefile
+
+    settings = []
+    for setting in args.setenv:
+        name, equals, value = setting.partition("=")
+        if not equals:
+            sys.exit(f"torch-mojo modulefile: --setenv {setting}: expected NAME=VALUE")
+        settings.append((name, value))
+    options = dict(site=args.site, requires=args.requires, cache_dir=args.cache_dir, settings=settings)
+    try:
+        if args.output:
+            path = modulefile.write(args.output, **options)
+            print(f"wrote {path}\nto use it: module use {os.path.abspath(args.output)}; module load torch-mojo")
+        else:
+            sys.stdout.write(modulefile.render(**options))
+    except ValueError as error:
+        sys.exit(f"torch-mojo modulefile: {error}")
+    return 0
 
 
 def _bench(nproc, arguments):
@@ -58,12 +125,24 @@ def _bench(nproc, arguments):
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="torch-mojo", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("info", help="versions, libraries and the environment in effect")
+    info_command = commands.add_parser("info", help="versions, libraries and the environment in effect")
+    info_command.add_argument("--json", action="store_true", help="as JSON, for scripts")
     cache = commands.add_parser("cache", help="the cache directory")
     cache.add_argument("what", choices=["dir"])
     bench = commands.add_parser(
         "bench", help="collective benchmarks: mojo against gloo and MPI (see --help)", add_help=False)
     bench.add_argument("--nproc", type=int, default=2, help="ranks to start when not run under a launcher")
+    module = commands.add_parser("modulefile", help="an Lmod modulefile for this installation")
+    module.add_argument("--site", default="generic", help="site variant: generic (default), mi300a-slingshot, "
+                        "h100-infiniband")
+    module.add_argument("--requires", action="append", default=[], metavar="MODULE",
+                        help="a site module to load first (depends_on), e.g. rocm/6.4.3; repeatable")
+    module.add_argument("--cache-dir", help="TORCH_MOJO_BACKEND_CACHE_DIR for every user, on a filesystem "
+                        "all nodes see; $USER and other variables are expanded at load time")
+    module.add_argument("--setenv", action="append", default=[], metavar="NAME=VALUE",
+                        help="another variable the module sets; repeatable")
+    module.add_argument("--output", metavar="ROOT", help="write ROOT/torch-mojo/<version>.lua (a MODULEPATH "
+                        "entry) instead of printing the modulefile")
     env = commands.add_parser("env", help="the table of environment variables")
     env.add_argument("--markdown", action="store_true", help="as the table in docs/environment.md")
     args, rest = parser.parse_known_args(argv)
@@ -72,7 +151,13 @@ def main(argv=None):
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "info":
-        _info()
+        report = info()
+        if args.json:
+            print(json.dumps(report, indent=2))
+        else:
+            _print_info(report)
+    elif args.command == "modulefile":
+        return _modulefile(args)
     elif args.command == "cache":
         print(cache_dir())
     elif args.command == "env":

@@ -231,6 +231,34 @@ BY_NAME = {variable.name: variable for variable in VARIABLES}
 BY_NAME.update({variable.alias: variable for variable in VARIABLES if variable.alias})
 
 
+@dataclass
+class Review:
+    """The torch-mojo variables of an environment, sorted out."""
+
+    known: dict[str, str]  # name: value, for the variables of the table
+    unknown: dict[str, str]  # name: a note, for names with our prefixes not in it
+    invalid: dict[str, str]  # name: what is wrong with its value
+
+
+def review_environment(environ=None) -> Review:
+    environ = os.environ if environ is None else environ
+    review = Review({}, {}, {})
+    for name in sorted(environ):
+        variable = BY_NAME.get(name)
+        if variable is None and not name.startswith(PREFIXES):
+            continue  # not ours: the rest of the environment
+        if variable is None:
+            close = difflib.get_close_matches(name, BY_NAME, n=1, cutoff=0.75)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            review.unknown[name] = f"{name} is not a torch-mojo variable and has no effect{hint}"
+            continue
+        review.known[name] = environ[name]
+        problem = variable.problem_with(environ[name])
+        if problem:
+            review.invalid[name] = problem.replace(variable.name, name, 1)
+    return review
+
+
 def check_environment(environ=None) -> list[str]:
     """Validates the torch-mojo variables in ``environ`` (default: os.environ).
 
@@ -238,20 +266,10 @@ def check_environment(environ=None) -> list[str]:
     value. Returns warnings for unknown names (each with the closest real
     name when one is close), after issuing them with ``warnings.warn``.
     """
-    environ = os.environ if environ is None else environ
-    notes = []
-    for name in sorted(environ):
-        variable = BY_NAME.get(name)
-        if variable is None and not name.startswith(PREFIXES):
-            continue  # not ours: no warning for the rest of the environment
-        if variable is None:
-            close = difflib.get_close_matches(name, BY_NAME, n=1, cutoff=0.75)
-            hint = f"; did you mean {close[0]}?" if close else ""
-            notes.append(f"{name} is not a torch-mojo variable and has no effect{hint}")
-            continue
-        problem = variable.problem_with(environ[name])
-        if problem:
-            raise ValueError(problem.replace(variable.name, name, 1))
+    review = review_environment(environ)
+    for problem in review.invalid.values():
+        raise ValueError(problem)
+    notes = list(review.unknown.values())
     for note in notes:
         warnings.warn(note, stacklevel=3)
     return notes

@@ -1,0 +1,179 @@
+"""Which collective library each device uses, and where it comes from.
+
+The search orders are the user guide's, with the site's libraries (the
+CMake options a Spack build passes, recorded in build_info.json) searched
+right after the user's own choice of file:
+
+- NCCL: TORCH_MOJO_BACKEND_NCCL_LIB, the site's, an NCCL wheel
+  (nvidia-nccl-cu12 / -cu13), libnccl.so.2 on the library path.
+- RCCL: TORCH_MOJO_BACKEND_RCCL_LIB, the site's, $ROCM_PATH/lib,
+  /opt/rocm/lib, librccl.so.1 on the library path.
+- libfabric: MOJOCCL_LIBFABRIC, the site's, libfabric.so.1 on the library
+  path, the Cray install (/opt/cray/libfabric/*).
+
+CPU tensors always use libmojoccl, installed with the package.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import glob
+import importlib.util
+import json
+import os
+import subprocess
+from dataclasses import asdict, dataclass, field
+
+from torch_mojo._paths import mojoccl_path, package_dir
+
+
+@dataclass
+class Lookup:
+    library: str  # the file name looked for, e.g. libnccl.so.2
+    path: str | None  # what would be loaded; None: not found
+    source: str  # where `path` came from, or why nothing was found
+    searched: list[str] = field(default_factory=list)  # the places tried, in order
+
+    def to_dict(self):
+        return asdict(self)
+
+
+@functools.lru_cache(maxsize=None)
+def build_info() -> dict:
+    """What the build recorded: versions, kernel targets, site libraries."""
+    with open(os.path.join(package_dir(), "build_info.json")) as file:
+        return json.load(file)
+
+
+def on_library_path(soname: str) -> str | None:
+    """Where the dynamic loader would find `soname`: LD_LIBRARY_PATH first,
+    then the ldconfig cache."""
+    for directory in filter(None, os.environ.get("LD_LIBRARY_PATH", "").split(":")):
+        candidate = os.path.join(directory, soname)
+        if os.path.exists(candidate):
+            return candidate
+    for ldconfig in ("/sbin/ldconfig", "/usr/sbin/ldconfig"):
+        if os.path.exists(ldconfig):
+            listing = subprocess.run([ldconfig, "-p"], capture_output=True, text=True).stdout
+            for line in listing.splitlines():
+                name, _, path = line.strip().partition(" => ")
+                if name.split(" ")[0] == soname and os.path.exists(path):
+                    return path
+            break
+    return None
+
+
+def _search(library: str, candidates: list[tuple[str, str | None]]) -> Lookup:
+    """The first candidate (description, path) whose file exists. A path the
+    user named that does not exist stops the search: it is a mistake to
+    report, not to paper over."""
+    searched = []
+    for description, path in candidates:
+        searched.append(description)
+        if not path:
+            continue
+        if os.path.exists(path):
+            return Lookup(library, path, description, searched)
+        if description.startswith(("TORCH_MOJO_BACKEND_", "MOJOCCL_")):
+            return Lookup(library, None, f"{description}={path}: no such file", searched)
+    return Lookup(library, None, "not found", searched)
+
+
+def _nccl_wheels() -> list[str]:
+    spec = importlib.util.find_spec("nvidia")
+    roots = list(spec.submodule_search_locations or []) if spec else []
+    return [path for root in roots for path in sorted(glob.glob(os.path.join(root, "*", "lib", "libnccl.so.2")))]
+
+
+def find_nccl() -> Lookup:
+    wheels = _nccl_wheels()
+    return _search("libnccl.so.2", [
+        ("TORCH_MOJO_BACKEND_NCCL_LIB", os.environ.get("TORCH_MOJO_BACKEND_NCCL_LIB")),
+        ("the site's NCCL (built with TORCH_MOJO_NCCL_LIBRARY)", build_info()["nccl_library"]),
+        ("an NCCL wheel (nvidia-nccl-cu12 or -cu13)", wheels[0] if wheels else None),
+        ("the library path", on_library_path("libnccl.so.2")),
+    ])
+
+
+def find_rccl() -> Lookup:
+    rocm_path = os.environ.get("ROCM_PATH")
+    return _search("librccl.so.1", [
+        ("TORCH_MOJO_BACKEND_RCCL_LIB", os.environ.get("TORCH_MOJO_BACKEND_RCCL_LIB")),
+        ("the site's RCCL (built with TORCH_MOJO_RCCL_LIBRARY)", build_info()["rccl_library"]),
+        ("$ROCM_PATH/lib", os.path.join(rocm_path, "lib", "librccl.so.1") if rocm_path else None),
+        ("/opt/rocm/lib", "/opt/rocm/lib/librccl.so.1"),
+        ("the library path", on_library_path("librccl.so.1")),
+    ])
+
+
+def find_libfabric() -> Lookup:
+    cray = sorted(glob.glob("/opt/cray/libfabric/*/lib64/libfabric.so.1"))
+    return _search("libfabric.so.1", [
+        ("MOJOCCL_LIBFABRIC", os.environ.get("MOJOCCL_LIBFABRIC")),
+        ("the site's libfabric (built with TORCH_MOJO_LIBFABRIC_LIBRARY)", build_info()["libfabric_library"]),
+        ("the library path", on_library_path("libfabric.so.1")),
+        ("the Cray install (/opt/cray/libfabric)", cray[-1] if cray else None),
+    ])
+
+
+def find_mojoccl() -> Lookup:
+    return _search("libmojoccl.so", [("installed with torch-mojo", mojoccl_path())])
+
+
+def accelerator_ccl() -> str:
+    """`vendor` or `mojo`: TORCH_MOJO_BACKEND_CCL, else the build's default."""
+    return "mojo" if os.environ.get("TORCH_MOJO_BACKEND_CCL") == "mojo" else build_info()["default_ccl"]
+
+
+def collective_libraries() -> dict[str, Lookup]:
+    """The library each device type would load."""
+    mojo = accelerator_ccl() == "mojo"
+    return {
+        "cpu": find_mojoccl(),
+        "cuda": find_mojoccl() if mojo else find_nccl(),
+        "rocm": find_mojoccl() if mojo else find_rccl(),
+    }
+
+
+# libfabric's C API, for its version and providers (fabric.h, stable in 1.x).
+class _FabricAttributes(ctypes.Structure):
+    _fields_ = [("fabric", ctypes.c_void_p), ("name", ctypes.c_char_p), ("prov_name", ctypes.c_char_p),
+                ("prov_version", ctypes.c_uint32), ("api_version", ctypes.c_uint32)]
+
+
+class _Info(ctypes.Structure):
+    pass
+
+
+_Info._fields_ = [
+    ("next", ctypes.POINTER(_Info)), ("caps", ctypes.c_uint64), ("mode", ctypes.c_uint64),
+    ("addr_format", ctypes.c_uint32), ("src_addrlen", ctypes.c_size_t), ("dest_addrlen", ctypes.c_size_t),
+    ("src_addr", ctypes.c_void_p), ("dest_addr", ctypes.c_void_p), ("handle", ctypes.c_void_p),
+    ("tx_attr", ctypes.c_void_p), ("rx_attr", ctypes.c_void_p), ("ep_attr", ctypes.c_void_p),
+    ("domain_attr", ctypes.c_void_p), ("fabric_attr", ctypes.POINTER(_FabricAttributes)),
+    ("nic", ctypes.c_void_p),
+]
+
+
+def libfabric_details(path: str) -> dict:
+    """The version of the libfabric at `path` and the providers it offers on
+    this machine (utility providers as `tcp;ofi_rxm`), from fi_getinfo."""
+    library = ctypes.CDLL(path)
+    library.fi_version.restype = ctypes.c_uint32
+    version = library.fi_version()
+    library.fi_getinfo.argtypes = [ctypes.c_uint32, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint64,
+                                   ctypes.c_void_p, ctypes.POINTER(ctypes.POINTER(_Info))]
+    library.fi_freeinfo.argtypes = [ctypes.POINTER(_Info)]
+    head = ctypes.POINTER(_Info)()
+    providers = []
+    if library.fi_getinfo(version, None, None, 0, None, ctypes.byref(head)) == 0:
+        entry = head
+        while entry:
+            attributes = entry.contents.fabric_attr
+            name = attributes.contents.prov_name.decode() if attributes and attributes.contents.prov_name else None
+            if name and name not in providers:
+                providers.append(name)
+            entry = entry.contents.next
+        library.fi_freeinfo(head)
+    return {"version": f"{version >> 16}.{version & 0xFFFF}", "providers": providers}

@@ -1,0 +1,139 @@
+"""The Lmod modulefiles of `torch-mojo modulefile`, loaded by the real Lmod
+(Debian's `lmod` package) in clean shells."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.harness import ROOT
+from torch_mojo import __version__, modulefile
+
+LMOD = "/usr/share/lmod/lmod"
+CLEAN_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def lmod_shell(script: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    """Runs `script` in bash with Lmod set up and nothing of this test's
+    environment: no virtual environment on PATH, no PYTHONPATH."""
+    environment = {"HOME": os.environ.get("HOME", "/root"), "USER": "tester", "PATH": CLEAN_PATH}
+    return subprocess.run(["bash", "-c", f"source {LMOD}/init/bash\nset -e\n{script}"], env=environment,
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def values(stdout: str) -> dict[str, str]:
+    """NAME=VALUE lines of a script's output."""
+    return dict(line.split("=", 1) for line in stdout.splitlines() if "=" in line and line[0].isupper())
+
+
+def write_site_module(root, name, text):
+    """A module of the site's own (the test's stand-in for a site's tree)."""
+    path = root / f"{name}.lua"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+@pytest.mark.parametrize("site", modulefile.sites())
+def test_every_site_variant_passes_lmods_syntax_checks(tmp_path, site):
+    path = modulefile.write(str(tmp_path), site=site, requires=["libfabric/1.22.0"], cache_dir="/scratch/$USER/tm",
+                            settings=[("NCCL_DEBUG", "WARN")])
+    assert path == str(tmp_path / "torch-mojo" / f"{__version__}.lua")
+    write_site_module(tmp_path, "libfabric/1.22.0", 'whatis("libfabric")\n')
+    checked = subprocess.run([f"{LMOD}/libexec/check_module_tree_syntax", str(tmp_path)],
+                             capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0 and "No errors found" in checked.stdout, checked.stdout + checked.stderr
+    result = lmod_shell(f"module use {tmp_path}\nmodule --checkSyntax load torch-mojo")
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_syntax_checks_catch_a_broken_modulefile(tmp_path):
+    write_site_module(tmp_path, "torch-mojo/9.9", 'setenv("A" "b")\n')
+    checked = subprocess.run([f"{LMOD}/libexec/check_module_tree_syntax", str(tmp_path)],
+                             capture_output=True, text=True, timeout=60)
+    assert checked.returncode != 0 and "possible errors" in checked.stdout
+
+
+PRINT_PATHS = """paths() {
+  echo "PATH_$1=$PATH"; echo "PYTHONPATH_$1=${PYTHONPATH:-}"; echo "LD_LIBRARY_PATH_$1=${LD_LIBRARY_PATH:-}"
+}"""
+
+
+def test_module_load_is_all_a_job_needs_and_unload_restores_the_environment(tmp_path):
+    modulefile.write(str(tmp_path / "modules"), cache_dir="/scratch/$USER/torch-mojo")
+    result = lmod_shell(f"""{PRINT_PATHS}
+module use {tmp_path / "modules"}
+paths BEFORE
+module load torch-mojo
+echo "CACHE=$TORCH_MOJO_BACKEND_CACHE_DIR"
+echo "PYTHON=$(command -v python)"
+python -c "import torch_mojo; print('IMPORTED=' + torch_mojo.__version__)"
+cd {tmp_path}
+torchrun --standalone --nproc-per-node=2 {ROOT}/examples/train_ddp.py --steps 20 --save {tmp_path}/model.pt
+module unload torch-mojo
+paths AFTER
+""")
+    assert result.returncode == 0, result.stdout + result.stderr[-4000:]
+    seen = values(result.stdout)
+    assert seen["IMPORTED"] == __version__
+    assert seen["CACHE"] == "/scratch/tester/torch-mojo"  # $USER, at load time
+    assert seen["PYTHON"] == os.path.join(os.path.dirname(sys.executable), "python")
+    assert "backend mojo, world size 2" in result.stdout and "step  20  loss" in result.stdout
+    assert (tmp_path / "model.pt").exists()
+    for name in ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH"):
+        # As sets: Lmod drops duplicate entries.
+        before = set(filter(None, seen[f"{name}_BEFORE"].split(":")))
+        after = set(filter(None, seen[f"{name}_AFTER"].split(":")))
+        assert after == before, name
+
+
+def test_a_site_variant_loads_the_sites_modules_first(tmp_path):
+    """The MI300A/Slingshot variant with depends_on the site's libfabric
+    module (here one for Debian's libfabric): loading torch-mojo loads it,
+    unloading torch-mojo unloads it, and a missing one stops the load with
+    Lmod's message naming it."""
+    write_site_module(tmp_path, "libfabric/1.22.0",
+                      'whatis("libfabric")\nsetenv("SITE_LIBFABRIC", "/usr/lib/x86_64-linux-gnu")\n')
+    modulefile.write(str(tmp_path), site="mi300a-slingshot", requires=["libfabric/1.22.0"])
+    result = lmod_shell(f"""
+module use {tmp_path}
+module load torch-mojo
+echo "LOADED=$(module -t list 2>&1 | sort | tr '\\n' ' ')"
+echo "PROVIDER=$MOJOCCL_FABRIC_PROVIDER"
+echo "VMM=$MODULAR_DEVICE_CONTEXT_MEMORY_MANAGER_VMM"
+echo "SITE_LIBFABRIC=$SITE_LIBFABRIC"
+module unload torch-mojo
+echo "LEFT=$(module -t list 2>&1 | tr '\\n' ' ')"
+""")
+    assert result.returncode == 0, result.stdout + result.stderr
+    seen = values(result.stdout)
+    assert seen["LOADED"].split() == ["libfabric/1.22.0", f"torch-mojo/{__version__}"]
+    assert seen["PROVIDER"] == "cxi" and seen["VMM"] == "1" and seen["SITE_LIBFABRIC"]
+    assert "libfabric" not in seen["LEFT"] and "torch-mojo" not in seen["LEFT"]
+
+    modulefile.write(str(tmp_path), site="mi300a-slingshot", requires=["rocm/6.4.3"])
+    missing = lmod_shell(f"module use {tmp_path}\nmodule load torch-mojo")
+    assert missing.returncode != 0 and "rocm/6.4.3" in missing.stderr
+
+
+def test_modulefile_command_checks_what_the_site_asks_for(tmp_path):
+    def command(*args):
+        return subprocess.run([sys.executable, "-m", "torch_mojo.cli", "modulefile", *args],
+                              capture_output=True, text=True, timeout=60)
+
+    typo = command("--setenv", "MOJOCCL_FABRIC_PROVIDR=cxi")
+    assert typo.returncode != 0 and "MOJOCCL_FABRIC_PROVIDR: not a torch-mojo variable" in typo.stderr
+    bad = command("--setenv", "MOJOCCL_ALGO=fastest")
+    assert bad.returncode != 0 and "expected one of auto, one_shot, two_shot" in bad.stderr
+    site = command("--site", "moon")
+    assert site.returncode != 0 and "expected one of generic, h100-infiniband, mi300a-slingshot" in site.stderr
+    written = command("--site", "h100-infiniband", "--setenv", "NCCL_IB_HCA=mlx5_0", "--output", str(tmp_path))
+    assert written.returncode == 0 and f"module use {tmp_path}" in written.stdout
+    text = (tmp_path / "torch-mojo" / f"{__version__}.lua").read_text()
+    assert 'setenv("NCCL_IB_HCA", "mlx5_0")' in text and 'family("pytorch")' in text
+
+
+def test_variables_in_paths_are_read_at_load_time():
+    assert modulefile.lua_string("/scratch/$USER/cache") == '"/scratch/" .. (os.getenv("USER") or "") .. "/cache"'
+    assert modulefile.lua_string("${HOME}") == '(os.getenv("HOME") or "")'
+    assert modulefile.lua_string('plain "quoted"') == '"plain \\"quoted\\""'
