@@ -5,7 +5,7 @@ fail the job when they drift; these tests read what they print."""
 import pytest
 import torch
 
-from tests.harness import ROOT, run_torchrun
+from tests.harness import ROOT, run_torchrun, run_torchrun_on_gloo
 
 EXAMPLES = ROOT / "examples"
 
@@ -22,10 +22,11 @@ def losses(stdout):
 
 def train_ddp(tmp_path, nproc, backend, steps=40):
     save = str(tmp_path / f"{backend}-{nproc}-{{rank}}.pt")
-    stdout, stderr = run_torchrun(
-        [str(EXAMPLES / "train_ddp.py"), "--backend", backend, "--steps", str(steps), "--save", save], nproc,
-        cwd=tmp_path,
-    )
+    args = [str(EXAMPLES / "train_ddp.py"), "--steps", str(steps), "--save", save]
+    if backend == "gloo":
+        stdout, stderr = run_torchrun_on_gloo(args, nproc, cwd=tmp_path)
+    else:
+        stdout, stderr = run_torchrun([*args, "--backend", backend], nproc, cwd=tmp_path)
     states = [torch.load(save.format(rank=rank)) for rank in range(nproc)]
     return stdout, stderr, states
 
@@ -63,7 +64,8 @@ def test_ddp_features_match_gloo(nproc):
 def test_fsdp2_example_learns_and_matches_gloo():
     mojo = losses(example("train_fsdp2.py", 2, "--steps", 30, "--log-every", 10))
     assert mojo[30] < 0.5 * mojo[1]
-    gloo = losses(example("train_fsdp2.py", 2, "--steps", 30, "--log-every", 10, "--backend", "gloo"))
+    gloo_stdout, _ = run_torchrun_on_gloo([str(EXAMPLES / "train_fsdp2.py"), "--steps", "30", "--log-every", "10"], 2)
+    gloo = losses(gloo_stdout)
     assert mojo == pytest.approx(gloo, rel=1e-4)
     kept = losses(example("train_fsdp2.py", 4, "--steps", 30, "--log-every", 10, "--reshard-after-forward", "false"))
     assert kept == pytest.approx(mojo, rel=1e-2)  # four ranks sum in another order

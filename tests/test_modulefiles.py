@@ -127,10 +127,14 @@ def test_modulefile_command_checks_what_the_site_asks_for(tmp_path):
     assert bad.returncode != 0 and "expected one of auto, one_shot, two_shot" in bad.stderr
     site = command("--site", "moon")
     assert site.returncode != 0 and "expected one of generic, h100-infiniband, mi300a-slingshot" in site.stderr
-    written = command("--site", "h100-infiniband", "--setenv", "NCCL_IB_HCA=mlx5_0", "--output", str(tmp_path))
+    bad_path = command("--prepend-path", "PYTHONPATH")
+    assert bad_path.returncode != 0 and "NAME=DIR" in bad_path.stderr
+    written = command("--site", "h100-infiniband", "--setenv", "NCCL_IB_HCA=mlx5_0",
+                      "--prepend-path", "PYTHONPATH=/sw/torch/site-packages", "--output", str(tmp_path))
     assert written.returncode == 0 and f"module use {tmp_path}" in written.stdout
     text = (tmp_path / "torch-mojo" / f"{__version__}.lua").read_text()
     assert 'setenv("NCCL_IB_HCA", "mlx5_0")' in text and 'family("pytorch")' in text
+    assert 'prepend_path("PYTHONPATH", "/sw/torch/site-packages")' in text
 
 
 def test_variables_in_paths_are_read_at_load_time():

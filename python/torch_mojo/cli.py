@@ -90,13 +90,16 @@ def _print_info(report: dict) -> None:
 def _modulefile(args):
     from torch_mojo import modulefile
 
-    settings = []
-    for setting in args.setenv:
-        name, equals, value = setting.partition("=")
-        if not equals:
-            sys.exit(f"torch-mojo modulefile: --setenv {setting}: expected NAME=VALUE")
-        settings.append((name, value))
-    options = dict(site=args.site, requires=args.requires, cache_dir=args.cache_dir, settings=settings)
+    def pairs(option, form, values):
+        for value in values:
+            name, equals, rest = value.partition("=")
+            if not equals:
+                sys.exit(f"torch-mojo modulefile: {option} {value}: expected {form}")
+            yield name, rest
+
+    options = dict(site=args.site, requires=args.requires, cache_dir=args.cache_dir,
+                   settings=list(pairs("--setenv", "NAME=VALUE", args.setenv)),
+                   prepends=list(pairs("--prepend-path", "NAME=DIR", args.prepend_path)))
     try:
         if args.output:
             path = modulefile.write(args.output, **options)
@@ -141,6 +144,8 @@ def main(argv=None):
                         "all nodes see; $USER and other variables are expanded at load time")
     module.add_argument("--setenv", action="append", default=[], metavar="NAME=VALUE",
                         help="another variable the module sets; repeatable")
+    module.add_argument("--prepend-path", action="append", default=[], metavar="NAME=DIR",
+                        help="another directory the module prepends to a path variable; repeatable")
     module.add_argument("--output", metavar="ROOT", help="write ROOT/torch-mojo/<version>.lua (a MODULEPATH "
                         "entry) instead of printing the modulefile")
     env = commands.add_parser("env", help="the table of environment variables")

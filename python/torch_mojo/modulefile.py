@@ -65,32 +65,36 @@ def _quoted(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def check_setting(name: str, value: str) -> None:
+def check_setting(option: str, name: str, value: str) -> None:
     """A torch-mojo variable must exist and take `value`; others (NCCL_*,
     a site's own) pass as they are."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-        raise ValueError(f"--setenv {name}={value}: {name!r} is not a variable name")
+        raise ValueError(f"{option} {name}={value}: {name!r} is not a variable name")
     if name.startswith(PREFIXES):
         variable = BY_NAME.get(name)
         if variable is None:
-            raise ValueError(f"--setenv {name}: not a torch-mojo variable (`torch-mojo env` lists them)")
+            raise ValueError(f"{option} {name}: not a torch-mojo variable (`torch-mojo env` lists them)")
         problem = variable.problem_with(value)
         if problem:
-            raise ValueError(f"--setenv: {problem}")
+            raise ValueError(f"{option}: {problem}")
 
 
-def render(site: str = "generic", requires=(), cache_dir: str | None = None, settings=()) -> str:
+def render(site: str = "generic", requires=(), cache_dir: str | None = None, settings=(), prepends=()) -> str:
     """The modulefile text. `requires`: module names (e.g. rocm/6.4.3) it
-    loads first with depends_on; `settings`: (NAME, VALUE) pairs it sets."""
+    loads first with depends_on; `settings`: (NAME, VALUE) pairs it sets;
+    `prepends`: (NAME, DIRECTORY) pairs it prepends to path variables (a
+    Spack install's dependencies, whose prefixes differ from ours)."""
     if site not in sites():
         raise ValueError(f"unknown site {site!r}: expected one of {', '.join(sites())}")
-    for name, value in settings:
-        check_setting(name, value)
+    for option, pairs in (("--setenv", settings), ("--prepend-path", prepends)):
+        for name, value in pairs:
+            check_setting(option, name, value)
     with open(os.path.join(templates_dir(), "torch-mojo.lua.in")) as template:
         text = template.read()
     with open(os.path.join(templates_dir(), "sites", f"{site}.lua")) as fragment:
         site_settings = fragment.read().rstrip("\n")
     extra = [f'setenv("{name}", {lua_string(value)})' for name, value in settings]
+    extra += [f'prepend_path("{name}", {lua_string(directory)})' for name, directory in prepends]
     values = {
         "VERSION": __version__,
         "SITE": site,

@@ -1,0 +1,198 @@
+"""spack/: the package repository and the site environments.
+
+Spack itself cannot be obtained on these machines, so `spack install` is not
+run here (docs/install.md says so). What can be checked honestly is: the
+files compile and parse; every CMake option the package passes is one of
+ours, and CMake configures with the values it would pass; every variant,
+environment variable and `torch-mojo modulefile` option it names exists;
+the environments point at this source tree and this repository.
+"""
+
+import ast
+import json
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.harness import ROOT
+from torch_mojo import env, modulefile
+from torch_mojo.libraries import on_library_path
+
+REPO = ROOT / "spack" / "repos" / "spack_repo" / "torch_mojo"
+PACKAGE = REPO / "packages" / "py_torch_mojo" / "package.py"
+ENVIRONMENTS = sorted((ROOT / "spack" / "environments").glob("*/spack.yaml"))
+# Variants every CudaPackage / ROCmPackage has.
+MIXIN_VARIANTS = {"cuda", "cuda_arch", "rocm", "amdgpu_target"}
+
+
+def strings_in(path):
+    return [node.value for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)]
+
+
+def calls_in(path, function):
+    """The first arguments of every call of `function` (string constants)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == function and node.args:
+            first = node.args[0]
+            if isinstance(first, ast.Constant):
+                found.append(first.value)
+            elif isinstance(first, ast.JoinedStr):  # f"...": its literal parts
+                found.append("".join(part.value for part in first.values if isinstance(part, ast.Constant)))
+    return found
+
+
+def declared_variants(path):
+    """{variant: allowed values or None} of a package.py, mixins included."""
+    variants = {name: None for name in MIXIN_VARIANTS}
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "variant":
+            values = next((ast.literal_eval(k.value) for k in node.keywords if k.arg == "values"), None)
+            variants[node.args[0].value] = values
+    return variants
+
+
+def own_variant_tokens(spec):
+    """The variant tokens of a spec string that apply to the package itself
+    (before any ^dependency)."""
+    own = spec.split("^")[0]
+    return re.findall(r"(?:(?<=\s)|^)([+~][a-z_]+|[a-z_]+=[\w.,]+)", own)
+
+
+def check_tokens(spec, variants):
+    for token in own_variant_tokens(spec):
+        name, _, value = token.lstrip("+~").partition("=")
+        assert name in variants, f"{spec!r}: py-torch-mojo has no variant {name!r}"
+        allowed = variants[name]
+        if value and allowed:
+            assert value in allowed, f"{spec!r}: {name} takes {allowed}, not {value!r}"
+
+
+def cmake_options():
+    text = (ROOT / "CMakeLists.txt").read_text()
+    return set(re.findall(r"^\s*set\((\w+) [^\n]*CACHE", text, re.M)) | set(re.findall(r"option\((\w+)", text))
+
+
+def test_every_file_compiles():
+    for path in REPO.rglob("*.py"):
+        compile(path.read_text(), str(path), "exec")
+
+
+def test_repository_layout():
+    repo = yaml.safe_load((REPO / "repo.yaml").read_text())["repo"]
+    assert repo["namespace"] == REPO.name and repo["api"].startswith("v2.")
+    for package in (REPO / "packages").iterdir():
+        class_name = "".join(part.capitalize() for part in package.name.split("_"))
+        assert f"class {class_name}(" in (package / "package.py").read_text(), package.name
+
+
+def test_the_cmake_options_it_passes_are_ours():
+    passed = {match[len("cmake.define."):] for match in strings_in(PACKAGE) if match.startswith("cmake.define.")}
+    assert passed == {"TORCH_MOJO_DEFAULT_CCL", "TORCH_MOJO_GPU_TARGETS", "TORCH_MOJO_LIBFABRIC_LIBRARY",
+                      "TORCH_MOJO_RCCL_LIBRARY", "TORCH_MOJO_NCCL_LIBRARY"}
+    assert passed <= cmake_options(), passed - cmake_options()
+
+
+def configure(tmp_path, *defines):
+    """A configure-only CMake run of the library (no torch), as a Spack build
+    would start it."""
+    command = ["cmake", "-S", str(ROOT), "-B", str(tmp_path), "-DTORCH_MOJO_BUILD_BACKEND=OFF",
+               f"-DPython_EXECUTABLE={sys.executable}", *defines]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+def test_cmake_configures_with_what_the_package_passes_and_records_it(tmp_path):
+    libfabric = on_library_path("libfabric.so.1")
+    result = configure(tmp_path, "-DTORCH_MOJO_DEFAULT_CCL=mojo", "-DTORCH_MOJO_GPU_TARGETS=gfx942",
+                       f"-DTORCH_MOJO_LIBFABRIC_LIBRARY={libfabric}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    recorded = json.loads((tmp_path / "build_info.json").read_text())
+    assert recorded["default_ccl"] == "mojo" and recorded["gpu_targets"] == "gfx942"
+    assert recorded["libfabric_library"] == libfabric and recorded["rccl_library"] == ""
+
+
+@pytest.mark.parametrize("define, message", [
+    ("-DTORCH_MOJO_RCCL_LIBRARY=/nowhere/librccl.so.1",
+     "TORCH_MOJO_RCCL_LIBRARY=/nowhere/librccl.so.1: no such file; give the library's absolute path"),
+    ("-DTORCH_MOJO_DEFAULT_CCL=nccl", "TORCH_MOJO_DEFAULT_CCL=nccl: expected vendor or mojo"),
+])
+def test_cmake_refuses_bad_site_options(tmp_path, define, message):
+    result = configure(tmp_path, define)
+    assert result.returncode != 0 and message in " ".join(result.stderr.split())  # CMake wraps lines
+
+
+def test_the_variants_it_names_exist():
+    variants = declared_variants(PACKAGE)
+    assert variants["ccl"] == ("vendor", "mojo")
+    conditions = [*calls_in(PACKAGE, "satisfies")]
+    for node in ast.walk(ast.parse(PACKAGE.read_text())):
+        if isinstance(node, ast.Call):
+            conditions += [keyword.value.value for keyword in node.keywords
+                           if keyword.arg == "when" and isinstance(keyword.value, ast.Constant)]
+    assert conditions
+    for condition in conditions:
+        check_tokens(condition, variants)
+
+
+def test_the_variables_it_sets_exist():
+    for name in calls_in(PACKAGE, "set"):
+        if name.startswith(env.PREFIXES):
+            assert name in env.BY_NAME, name
+    for path in ENVIRONMENTS:
+        modules = yaml.safe_load(path.read_text())["spack"].get("modules", {})
+        for settings in modules.get("default", {}).get("lmod", {}).values():
+            if isinstance(settings, dict):
+                for name in settings.get("environment", {}).get("set", {}):
+                    assert name in env.BY_NAME, f"{path}: {name}"
+
+
+def test_the_modulefile_it_writes_uses_real_options(tmp_path):
+    source = PACKAGE.read_text()
+    sites = re.findall(r'return "([a-z0-9-]+)"', source.split("def modulefile_site")[1])
+    assert set(sites) <= set(modulefile.sites()) and "generic" in sites
+    for option in ("--site", "--output", "--prepend-path="):
+        assert f'"{option}' in source
+    # The command the install runs, with a dependency's paths.
+    result = subprocess.run([sys.executable, "-m", "torch_mojo.cli", "modulefile", "--site", sites[0],
+                             "--output", str(tmp_path), "--prepend-path=PATH=/spack/opt/python/bin",
+                             "--prepend-path=PYTHONPATH=/spack/opt/py-torch/lib/python3.11/site-packages"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    text = next(tmp_path.glob("torch-mojo/*.lua")).read_text()
+    assert 'prepend_path("PYTHONPATH", "/spack/opt/py-torch/lib/python3.11/site-packages")' in text
+
+
+def test_the_versions_it_pins_are_pyprojects():
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    mojo = next(r for r in pyproject["build-system"]["requires"] if r.startswith("mojo=="))
+    text = PACKAGE.read_text()
+    assert f'depends_on("py-mojo-compiler@{mojo.split("==")[1]}", type="build")' in text
+    assert pyproject["project"]["dependencies"] == ["torch>=2.13,<2.14"] and '"py-torch@2.13+distributed"' in text
+    for name in ("py_mojo_compiler", "py_mojo_compiler_mojo_libs"):
+        wheel = REPO / "packages" / name / "package.py"
+        pypi = re.search(r'pypi = "([^"]+)"', wheel.read_text()).group(1)
+        listed = pypi.split("/")[1].split("-")[1]
+        assert re.search(rf'version\(\s*"{re.escape(listed)}"', wheel.read_text()), name
+        assert listed == mojo.split("==")[1]
+
+
+@pytest.mark.parametrize("path", ENVIRONMENTS, ids=lambda path: path.parent.name)
+def test_site_environment(path):
+    spack = yaml.safe_load(path.read_text())["spack"]
+    ours = [spec for spec in spack["specs"] if spec.startswith("py-torch-mojo")]
+    assert len(ours) == 1
+    check_tokens(ours[0], declared_variants(PACKAGE))
+    develop = spack["develop"]["py-torch-mojo"]
+    assert (path.parent / develop["path"]).resolve() == ROOT.resolve()
+    assert develop["spec"] == "py-torch-mojo@=main" and 'version("main")' in PACKAGE.read_text()
+    repository = Path(spack["repos"]["torch_mojo"].replace("$env", str(path.parent)))
+    assert (repository / "repo.yaml").exists()
+    for name, settings in spack["packages"].items():
+        for external in settings.get("externals", []):
+            assert external["spec"].split("@")[0] == name and external["prefix"].startswith("/"), name
