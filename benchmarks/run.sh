@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The recorded benchmark of docs/performance.md, on one machine:
 #   2 ranks under mpirun (mojo, mojo+pool, gloo, the library alone, MPI),
+#   2 ranks as 2 "nodes" under mpirun with MPI on TCP (mojo's libfabric path
+#   with the tcp provider, against gloo and MPI over TCP, and mojo in shared memory),
 #   4 ranks under torchrun (mojo, mojo+pool, gloo),
 #   the reduction kernel against memcpy, and DDP steps/s.
 # Usage: benchmarks/run.sh [output-dir]   (default: benchmarks/results)
@@ -16,6 +18,9 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 "$bin/python" -c "import mpi4py" 2>/dev/null || "$bin/pip" install --quiet mpi4py matplotlib
 mpirun -np 2 --bind-to none "$bin/python" -m torch_mojo.bench --output "$out/collectives-2ranks" \
   | tee "$out/collectives-2ranks.txt"
+mpirun -np 2 --bind-to none --mca pml ob1 --mca btl self,tcp "$bin/python" -m torch_mojo.bench \
+  --backends mojo,mojo+fabric,gloo,mpi --sizes 8,4K,64K,1M,16M,64M --output "$out/fabric-2ranks" \
+  | tee "$out/fabric-2ranks.txt"
 "$bin/torch-mojo" bench --nproc 4 --backends mojo,mojo+pool,gloo --sizes 8,4K,64K,1M,16M,64M \
   --output "$out/collectives-4ranks" | tee "$out/collectives-4ranks.txt"
 "$bin/torch-mojo" bench --nproc 2 --kernels --sizes 256K,4M,64M,256M --output "$out/bench" \

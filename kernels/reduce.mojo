@@ -1,8 +1,9 @@
 # Reduction kernels of torch-mojo, compiled ahead of time into
 # libtorch_mojo_kernels.so and called by libmojoccl for every reduction.
 #
-# One C entry point, `tm_reduce`, combines `nsrcs` equally sized buffers
-# element by element into `dst`. Datatype and operation codes are NCCL's
+# The C entry point `tm_reduce` combines `nsrcs` equally sized buffers
+# element by element into `dst`; `tm_convert` turns a half type into
+# float32 and back. Datatype and operation codes are NCCL's
 # (ncclDataType_t, ncclRedOp_t), so libmojoccl passes them through unchanged.
 #
 # Numerics (the contract the tests check against torch):
@@ -173,3 +174,49 @@ def tm_reduce(
             dst, srcs, nsrcs, count, op, divisor
         )
     return BAD_DTYPE
+
+
+# Conversions between a half type and float32, with the rounding of the
+# reductions above: libmojoccl keeps half-type data in float32 while it
+# crosses nodes, so that the result is rounded once, as on one node.
+
+
+def convert_typed[
+    to: DType, frm: DType
+](dst: Ptr, src: Ptr, count: Int):
+    comptime width = simd_width_of[DType.float32]()
+    var out = dst.unsafe_bitcast[Scalar[to]]()
+    var inp = src.unsafe_bitcast[Scalar[frm]]()
+
+    def body[w: Int](i: Int) {imm}:
+        comptime if to == DType.float32:
+            out.unsafe_store(
+                i, rebind[SIMD[to, w]](widen[DType.float32](inp.unsafe_load[width=w](i)))
+            )
+        else:
+            var wide = rebind[SIMD[DType.float32, w]](inp.unsafe_load[width=w](i))
+            out.unsafe_store(i, narrow[to](wide))
+
+    vectorize[width](count, body)
+
+
+@export("tm_convert")
+def tm_convert(
+    dst: Ptr, dst_dtype: Int32, src: Ptr, src_dtype: Int32, count: Int
+) abi("C") -> Int32:
+    """Float16 (6) or bfloat16 (9) to float32 (7), or float32 to either."""
+    if count < 0:
+        return BAD_ARGS
+    if count == 0:
+        return OK
+    if src_dtype == 6 and dst_dtype == 7:
+        convert_typed[DType.float32, DType.float16](dst, src, count)
+    elif src_dtype == 9 and dst_dtype == 7:
+        convert_typed[DType.float32, DType.bfloat16](dst, src, count)
+    elif src_dtype == 7 and dst_dtype == 6:
+        convert_typed[DType.float16, DType.float32](dst, src, count)
+    elif src_dtype == 7 and dst_dtype == 9:
+        convert_typed[DType.bfloat16, DType.float32](dst, src, count)
+    else:
+        return BAD_DTYPE
+    return OK

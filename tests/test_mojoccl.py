@@ -100,13 +100,6 @@ def test_bad_environment_values_name_the_variable(variable, value, expected):
     assert expected in results[0].stdout + results[0].stderr
 
 
-def test_ranks_on_different_hosts_get_a_clear_error():
-    results = run_worker("ccl", 2, "init", rank_env={0: {"MOJOCCL_HOSTID": "a"}, 1: {"MOJOCCL_HOSTID": "b"}},
-                         timeout=60)
-    for result in results:
-        assert "within one node" in result.stdout, result.stdout
-
-
 def test_strangers_on_the_bootstrap_port_do_not_disturb_the_job():
     # The unique id holds the root's address (after an 8-byte magic, the
     # 8-byte secret and a 4-byte length: a sockaddr_in) and the secret that

@@ -1,14 +1,20 @@
 #include "comm.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <unistd.h>
 
 #include "algorithms/direct.h"
+#include "algorithms/network.h"
+#include "algorithms/step.h"
 #include "algorithms/zero_copy.h"
 #include "bootstrap.h"
 #include "datatypes.h"
 #include "env.h"
 #include "error.h"
+#include "kernels.h"
+#include "transports/libfabric.h"
 
 namespace mojoccl {
 namespace {
@@ -54,18 +60,53 @@ Comm::Comm(const ncclUniqueId& id, int nranks, int rank)
                       Clock::now() + std::chrono::seconds(timeout + 10));
 
   const auto& ranks = bootstrap.ranks();
+  groupIntoNodes(ranks);
   std::vector<ShmPeer> peers;
-  for (const auto& info : ranks) {
-    if (info.hostHash != ranks[0].hostHash)
-      fail(ncclInvalidUsage, std::string("rank ") + std::to_string(info.rank) + " runs on " +
-                                 info.hostname + " and rank 0 on " + ranks[0].hostname +
-                                 ": this libmojoccl runs a communicator within one node "
-                                 "(shared memory); the node-to-node transport is not built in");
-    peers.push_back({info.rank, info.pid});
-  }
-  shm_ = std::make_unique<ShmTransport>(bootstrap, peers, rank, segmentName(id, ranks[0].hostHash),
+  for (int peer : nodes_[node_]) peers.push_back({peer, ranks[peer].pid});
+  const int self = static_cast<int>(std::find(nodes_[node_].begin(), nodes_[node_].end(), rank) -
+                                    nodes_[node_].begin());
+  shm_ = std::make_unique<ShmTransport>(bootstrap, peers, self, segmentName(id, ranks[rank].hostHash),
                                         kSlotBytes, aborted_);
+  if (nodes_.size() > 1) openFabric(bootstrap);
   bootstrap.close();
+}
+
+void Comm::groupIntoNodes(const std::vector<RankInfo>& ranks) {
+  nodeOfRank_.resize(ranks.size());
+  for (const auto& info : ranks) {
+    size_t node = 0;
+    while (node < nodes_.size() && ranks[nodes_[node][0]].hostHash != info.hostHash) ++node;
+    if (node == nodes_.size()) nodes_.emplace_back();
+    nodes_[node].push_back(info.rank);
+    nodeOfRank_[info.rank] = static_cast<int>(node);
+  }
+  node_ = nodeOfRank_[rank_];
+}
+
+void Comm::openFabric(Bootstrap& bootstrap) {
+  // What could fail on one rank alone is checked first, and agreed on, so
+  // that every rank fails with its message rather than wait for it.
+  std::string failure;
+  bool trace = false;
+  try {
+    if (envChoice("MOJOCCL_NET", "fabric", {"verbs", "fabric"}) == "verbs")
+      fail(ncclInvalidUsage,
+           "MOJOCCL_NET=verbs: this libmojoccl has no InfiniBand transport of its own; libfabric's "
+           "verbs provider serves InfiniBand: set MOJOCCL_NET=fabric MOJOCCL_FABRIC_PROVIDER=verbs");
+    trace = envChoice("MOJOCCL_IB_TRACE", "0", {"0", "1"}) == "1";
+    envInt("MOJOCCL_IB_TIMEOUT_S", 60, 1, 86400);
+    LibFabric::get();
+  } catch (const Error& error) {
+    failure = error.what();
+  }
+  bootstrap.agreeOnSuccess(failure.empty(), failure);
+  fabric_ = std::make_unique<FabricTransport>(bootstrap, rank_, aborted_);
+  if (trace) {
+    std::string local;
+    for (int peer : nodes_[node_]) local += (local.empty() ? "" : ",") + std::to_string(peer);
+    fprintf(stderr, "[mojoccl] rank %d: node %d of %zu (ranks %s, leader %d); between nodes: %s\n",
+            rank_, node_, nodes_.size(), local.c_str(), leader(), fabric_->describe().c_str());
+  }
 }
 
 Comm::~Comm() = default;
@@ -99,6 +140,10 @@ void Comm::run(const std::string& what, Algorithm algorithm) {
   } catch (const MismatchError&) {
     throw;  // already names both sides
   } catch (const Error& error) {
+    // A peer on another node that stopped answering: say so where the
+    // job's log shows it, whatever the caller does with the error.
+    if (error.code() == ncclRemoteError && spansNodes())
+      fprintf(stderr, "[mojoccl] rank %d, %s: %s\n", rank_, what.c_str(), error.what());
     // Any other failure leaves the ranks at different points of the call;
     // peers still waiting on this rank learn why at once.
     brokenBy_ = error.what();
@@ -108,51 +153,239 @@ void Comm::run(const std::string& what, Algorithm algorithm) {
   }
 }
 
-void Comm::runCollective(const Call& call, size_t bytes, ZeroCopy zeroCopy, Staged staged) {
+// ---------------------------------------------------------------- one node
+
+void Comm::local(const Call& call, size_t bytes, ZeroCopy zeroCopy, Staged staged) {
+  // Every rank takes the same branch: `bytes` is checked to agree in the
+  // first step of either.
+  if (zeroCopy_ && bytes >= kZeroCopyMinBytes && zeroCopy(*shm_, rounds_, call)) return;
+  staged(*shm_, rounds_, call);
+}
+
+void Comm::localAllReduce(const Call& call) {
+  const size_t bytes = call.count * datatypeSize(call.datatype);
+  bool oneShot = allReduceAlgorithm_ == AllReduceAlgorithm::OneShot ||
+                 (allReduceAlgorithm_ == AllReduceAlgorithm::Auto &&
+                  (shm_->size() <= 2 || bytes <= kOneShotMaxBytes));
+  local(call, bytes, allReduceZeroCopy, oneShot ? allReduceOneShot : allReduceTwoShot);
+}
+
+void Comm::localReduce(const Call& call) {
+  local(call, call.count * datatypeSize(call.datatype), reduceZeroCopy, reduceDirect);
+}
+
+void Comm::localBroadcast(const Call& call) {
+  local(call, call.count * datatypeSize(call.datatype), broadcastZeroCopy, broadcastDirect);
+}
+
+void Comm::localAllGather(const Call& call) {
+  local(call, call.count * datatypeSize(call.datatype) * shm_->size(), allGatherZeroCopy,
+        allGatherDirect);
+}
+
+void Comm::localReduceScatter(const Call& call) {
+  local(call, call.count * datatypeSize(call.datatype) * shm_->size(), reduceScatterZeroCopy,
+        reduceScatterDirect);
+}
+
+// ------------------------------------------------------------ across nodes
+
+char* Comm::scratch(size_t bytes) {
+  if (scratch_.size() < bytes) scratch_.resize(bytes);
+  return scratch_.data();
+}
+
+NetworkGroup Comm::leaders(const Call& call) {
+  std::vector<int> ranks;
+  for (const auto& node : nodes_) ranks.push_back(node[0]);
+  return {*fabric_, ranks, node_, call.describe() + " across nodes"};
+}
+
+namespace {
+constexpr size_t kVerdictBytes = 512;
+
+void copyText(char (&to)[kVerdictBytes], const std::string& text) {
+  std::snprintf(to, kVerdictBytes, "%s", text.c_str());
+}
+}  // namespace
+
+// Before any data moves, every rank learns whether all ranks issued the same
+// collective: each node compares its ranks' calls, the leaders compare the
+// nodes', and each leader hands the verdict to its node. A mismatch then
+// raises the same MismatchError on every rank, and the communicator stays
+// usable, as within one node.
+void Comm::agreeAcrossNodes(const Call& call) {
+  struct NodeReport {
+    CallSignature signature;
+    char problem[kVerdictBytes];  // the node's own disagreement, if any
+  };
+  NodeReport mine{};
+  mine.signature = CallSignature::of(call);
+  {
+    Step step(*shm_, rounds_, call);
+    step.publishAndAwait();
+    copyText(mine.problem, step.disagreement());
+  }
+  char verdict[kVerdictBytes] = {};
+  if (isLeader()) {
+    std::vector<NodeReport> reports(nodes_.size());
+    reports[node_] = mine;
+    std::vector<char*> blocks;
+    for (auto& report : reports) blocks.push_back(reinterpret_cast<char*>(&report));
+    networkAllGather(leaders(call), blocks, std::vector<size_t>(reports.size(), sizeof(NodeReport)));
+    std::string problem;
+    for (size_t node = 0; node < reports.size() && problem.empty(); ++node) {
+      if (reports[node].problem[0] != '\0')
+        problem = reports[node].problem;
+      else if (!reports[node].signature.sameCollective(reports[0].signature))
+        problem = mismatchText(nodes_[node][0], reports[node].signature, nodes_[0][0], reports[0].signature);
+    }
+    copyText(verdict, problem);
+  }
+  localBroadcast({CallKind::Broadcast, verdict, verdict, kVerdictBytes, ncclInt8, ncclSum, leader(),
+                  call.sequence});
+  if (verdict[0] != '\0') throw MismatchError(verdict);
+}
+
+void Comm::allReduceAcrossNodes(const Call& call, void* result) {
+  if (call.datatype == ncclFloat16 || call.datatype == ncclBfloat16) {
+    // Half types cross nodes in float32 and are rounded once, at the end,
+    // as on one node: the result does not depend on how ranks are placed.
+    if (wide_.size() < call.count) wide_.resize(call.count);
+    convert(wide_.data(), ncclFloat32, call.send, call.datatype, call.count);
+    Call wide = call;
+    wide.datatype = ncclFloat32;
+    wide.send = wide.recv = wide_.data();
+    allReduceAcrossNodes(wide, wide_.data());
+    convert(result, call.datatype, wide_.data(), ncclFloat32, call.count);
+    return;
+  }
+  // AVG sums everywhere and divides once, by the whole rank count.
+  const ncclRedOp_t op = call.op == ncclAvg ? ncclSum : call.op;
+  Call toLeader = call;
+  toLeader.kind = CallKind::Reduce;
+  toLeader.recv = result;
+  toLeader.op = op;
+  toLeader.root = leader();
+  localReduce(toLeader);
+  if (isLeader()) {
+    networkAllReduce(leaders(call), result, call.count, call.datatype, op);
+    if (call.op == ncclAvg) {
+      const void* sum[1] = {result};
+      mojoccl::reduce(result, sum, 1, call.count, call.datatype, ncclAvg, size_);
+    }
+  }
+  Call fromLeader = call;
+  fromLeader.kind = CallKind::Broadcast;
+  fromLeader.send = fromLeader.recv = result;
+  fromLeader.root = leader();
+  localBroadcast(fromLeader);
+}
+
+void Comm::broadcastAcrossNodes(const Call& call) {
+  const int rootNode = nodeOfRank_[call.root];
+  if (node_ == rootNode) localBroadcast(call);
+  if (isLeader())
+    networkBroadcast(leaders(call), call.recv, call.count * datatypeSize(call.datatype), rootNode);
+  if (node_ != rootNode) {
+    Call fromLeader = call;
+    fromLeader.send = call.recv;
+    fromLeader.root = leader();
+    localBroadcast(fromLeader);
+  }
+}
+
+void Comm::allGatherAcrossNodes(const Call& call) {
+  // Each node's blocks gather at its leader, in node order in the scratch
+  // buffer; the leaders swap them, put them in rank order, and broadcast.
+  const size_t block = call.count * datatypeSize(call.datatype);
+  char* gathered = scratch(block * size_);
+  std::vector<char*> nodeBlocks;
+  std::vector<size_t> nodeBytes;
+  size_t offset = 0;
+  for (const auto& node : nodes_) {
+    nodeBlocks.push_back(gathered + offset);
+    nodeBytes.push_back(node.size() * block);
+    offset += nodeBytes.back();
+  }
+  Call inNode = call;
+  inNode.recv = nodeBlocks[node_];
+  localAllGather(inNode);
+  if (isLeader()) {
+    networkAllGather(leaders(call), nodeBlocks, nodeBytes);
+    for (size_t node = 0; node < nodes_.size(); ++node)
+      for (size_t i = 0; i < nodes_[node].size(); ++i)
+        std::memcpy(static_cast<char*>(call.recv) + nodes_[node][i] * block, nodeBlocks[node] + i * block,
+                    block);
+  }
+  Call fromLeader = call;
+  fromLeader.kind = CallKind::Broadcast;
+  fromLeader.send = call.recv;
+  fromLeader.count = call.count * size_;
+  fromLeader.root = leader();
+  localBroadcast(fromLeader);
+}
+
+void Comm::reduceScatterAcrossNodes(const Call& call) {
+  // The whole all-reduce, of which this rank keeps its block.
+  const size_t block = call.count * datatypeSize(call.datatype);
+  Call whole = call;
+  whole.kind = CallKind::AllReduce;
+  whole.count = call.count * size_;
+  char* result = scratch(block * size_);
+  allReduceAcrossNodes(whole, result);
+  std::memcpy(call.recv, result + rank_ * block, block);
+}
+
+void Comm::reduceAcrossNodes(const Call& call) {
+  Call whole = call;
+  whole.kind = CallKind::AllReduce;
+  allReduceAcrossNodes(whole, rank_ == call.root ? call.recv : scratch(call.count * datatypeSize(call.datatype)));
+}
+
+// -------------------------------------------------------------- the calls
+
+void Comm::collective(const Call& call, void (Comm::*withinNode)(const Call&),
+                      void (Comm::*acrossNodes)(const Call&)) {
   validate(call);
   run(call.describe() + " (call #" + std::to_string(call.sequence) + ")", [&] {
-    // Every rank takes the same branch: `bytes` is checked to agree in the
-    // first step of either.
-    if (zeroCopy_ && bytes >= kZeroCopyMinBytes && zeroCopy(*shm_, rounds_, call)) return;
-    staged(*shm_, rounds_, call);
+    if (!spansNodes()) return (this->*withinNode)(call);
+    agreeAcrossNodes(call);
+    (this->*acrossNodes)(call);
   });
 }
 
 void Comm::allReduce(const void* send, void* recv, size_t count, ncclDataType_t datatype,
                      ncclRedOp_t op) {
-  const size_t bytes = count * datatypeSize(datatype);
-  bool oneShot = allReduceAlgorithm_ == AllReduceAlgorithm::OneShot ||
-                 (allReduceAlgorithm_ == AllReduceAlgorithm::Auto &&
-                  (size_ <= 2 || bytes <= kOneShotMaxBytes));
-  runCollective({CallKind::AllReduce, send, recv, count, datatype, op, 0, ++calls_}, bytes,
-                allReduceZeroCopy, oneShot ? allReduceOneShot : allReduceTwoShot);
+  collective({CallKind::AllReduce, send, recv, count, datatype, op, 0, ++calls_}, &Comm::localAllReduce,
+             &Comm::allReduceAcrossNodesInPlace);
 }
 
 void Comm::broadcast(const void* send, void* recv, size_t count, ncclDataType_t datatype, int root) {
-  runCollective({CallKind::Broadcast, send, recv, count, datatype, ncclSum, root, ++calls_},
-                count * datatypeSize(datatype), broadcastZeroCopy, broadcastDirect);
+  collective({CallKind::Broadcast, send, recv, count, datatype, ncclSum, root, ++calls_},
+             &Comm::localBroadcast, &Comm::broadcastAcrossNodes);
 }
 
 void Comm::allGather(const void* send, void* recv, size_t sendCount, ncclDataType_t datatype) {
-  runCollective({CallKind::AllGather, send, recv, sendCount, datatype, ncclSum, 0, ++calls_},
-                sendCount * datatypeSize(datatype) * size_, allGatherZeroCopy, allGatherDirect);
+  collective({CallKind::AllGather, send, recv, sendCount, datatype, ncclSum, 0, ++calls_},
+             &Comm::localAllGather, &Comm::allGatherAcrossNodes);
 }
 
 void Comm::reduceScatter(const void* send, void* recv, size_t recvCount, ncclDataType_t datatype,
                          ncclRedOp_t op) {
-  runCollective({CallKind::ReduceScatter, send, recv, recvCount, datatype, op, 0, ++calls_},
-                recvCount * datatypeSize(datatype) * size_, reduceScatterZeroCopy,
-                reduceScatterDirect);
+  collective({CallKind::ReduceScatter, send, recv, recvCount, datatype, op, 0, ++calls_},
+             &Comm::localReduceScatter, &Comm::reduceScatterAcrossNodes);
 }
 
 void Comm::reduce(const void* send, void* recv, size_t count, ncclDataType_t datatype,
                   ncclRedOp_t op, int root) {
-  runCollective({CallKind::Reduce, send, recv, count, datatype, op, root, ++calls_},
-                count * datatypeSize(datatype), reduceZeroCopy, reduceDirect);
+  collective({CallKind::Reduce, send, recv, count, datatype, op, root, ++calls_}, &Comm::localReduce,
+             &Comm::reduceAcrossNodes);
 }
 
 void Comm::transfer(const std::vector<PointToPoint>& batch) {
-  std::vector<Transfer> transfers;
+  std::vector<Transfer> transfers;  // within this node: peer is the local index
+  std::vector<Transfer> remote;     // across nodes: peer is the rank
   for (const auto& request : batch) {
     if (request.peer < 0 || request.peer >= size_)
       fail(ncclInvalidArgument, "peer " + std::to_string(request.peer) + " is outside 0.." +
@@ -161,15 +394,21 @@ void Comm::transfer(const std::vector<PointToPoint>& batch) {
       fail(ncclInvalidArgument, "unknown datatype " + std::to_string(request.datatype));
     if (request.count > 0 && request.buffer == nullptr)
       fail(ncclInvalidArgument, "a buffer pointer is NULL");
-    // One node: local index and communicator rank coincide.
-    transfers.push_back({request.isSend, request.peer, request.buffer, request.count,
-                         request.datatype, ++calls_});
+    const bool here = nodeOfRank_[request.peer] == node_;
+    (here ? transfers : remote)
+        .push_back({request.isSend, here ? shm_->indexOf(request.peer) : request.peer, request.buffer,
+                    request.count, request.datatype, ++calls_});
   }
   std::string what = batch.size() == 1
                          ? std::string(batch[0].isSend ? "ncclSend to rank " : "ncclRecv from rank ") +
                                std::to_string(batch[0].peer)
                          : "a group of " + std::to_string(batch.size()) + " sends and receives";
-  run(what, [&] { runTransfers(*shm_, transfers); });
+  run(what, [&] {
+    // Sends within the node are buffered and never wait for the network, so
+    // they go first; then the messages between nodes.
+    if (!transfers.empty()) runTransfers(*shm_, transfers);
+    if (!remote.empty()) runRemoteTransfers(*fabric_, rank_, remote, what);
+  });
 }
 
 }  // namespace mojoccl

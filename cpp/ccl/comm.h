@@ -1,5 +1,11 @@
 // A communicator: the ranks that run collectives together, and the
 // transports and algorithms that serve them.
+//
+// Ranks are grouped into nodes (equal host hashes). Within a node they share
+// memory; when the communicator spans nodes, collectives are hierarchical:
+// each node reduces or gathers to its lowest rank (its leader) through shared
+// memory, the leaders run the collective among themselves over libfabric,
+// and each leader hands the result back to its node.
 #pragma once
 
 #include <atomic>
@@ -9,8 +15,11 @@
 #include <vector>
 
 #include "algorithms/call.h"
+#include "algorithms/network.h"
 #include "algorithms/p2p.h"
+#include "bootstrap.h"
 #include "mojoccl/nccl.h"
+#include "transports/fabric.h"
 #include "transports/shm.h"
 
 namespace mojoccl {
@@ -49,7 +58,10 @@ class Comm {
   // From any thread: makes every wait of this communicator fail promptly.
   void abort() { aborted_.store(true); }
   // After abort(), once no call is active: unmaps shared memory.
-  void releaseTransports() { shm_.reset(); }
+  void releaseTransports() {
+    shm_.reset();
+    fabric_.reset();
+  }
   ncclResult_t asyncError() const { return asyncError_.load(); }
 
   // Calls in progress; ncclCommAbort waits for them before freeing the comm.
@@ -59,17 +71,51 @@ class Comm {
   template <typename Algorithm>
   void run(const std::string& what, Algorithm algorithm);
   void validate(const Call& call) const;
+  void groupIntoNodes(const std::vector<RankInfo>& ranks);
+  void openFabric(Bootstrap& bootstrap);
+
+  // ---- within this node (shared memory)
   using Staged = void (*)(ShmTransport&, uint32_t&, const Call&);
   using ZeroCopy = bool (*)(ShmTransport&, uint32_t&, const Call&);
   // Large messages try `zeroCopy` first, which declines when some buffer it
   // must read is private; `staged` always works.
-  void runCollective(const Call& call, size_t bytes, ZeroCopy zeroCopy, Staged staged);
+  void local(const Call& call, size_t bytes, ZeroCopy zeroCopy, Staged staged);
+  void localAllReduce(const Call& call);
+  void localReduce(const Call& call);
+  void localBroadcast(const Call& call);
+  void localAllGather(const Call& call);
+  void localReduceScatter(const Call& call);
+
+  // ---- across nodes (shared memory, then libfabric between leaders)
+  bool spansNodes() const { return fabric_ != nullptr; }
+  int leader() const { return nodes_[node_][0]; }
+  bool isLeader() const { return leader() == rank_; }
+  NetworkGroup leaders(const Call& call);
+  void agreeAcrossNodes(const Call& call);
+  // The all-reduce of `call` with its result in `result` on every rank.
+  void allReduceAcrossNodes(const Call& call, void* result);
+  void allReduceAcrossNodesInPlace(const Call& call) { allReduceAcrossNodes(call, call.recv); }
+  void broadcastAcrossNodes(const Call& call);
+  void allGatherAcrossNodes(const Call& call);
+  void reduceScatterAcrossNodes(const Call& call);
+  void reduceAcrossNodes(const Call& call);
+  // Checks `call`, then runs it within the node, or across nodes once every
+  // rank agrees on it.
+  void collective(const Call& call, void (Comm::*withinNode)(const Call&),
+                  void (Comm::*acrossNodes)(const Call&));
+  char* scratch(size_t bytes);
 
   int rank_;
   int size_;
   AllReduceAlgorithm allReduceAlgorithm_;
   bool zeroCopy_;  // MOJOCCL_ZERO_COPY: read peers' buffers in place when possible
+  std::vector<std::vector<int>> nodes_;  // each node's ranks; nodes ordered by their lowest rank
+  std::vector<int> nodeOfRank_;
+  int node_ = 0;  // ours
   std::unique_ptr<ShmTransport> shm_;
+  std::unique_ptr<FabricTransport> fabric_;  // only when the communicator spans nodes
+  std::vector<char> scratch_;
+  std::vector<float> wide_;  // half-type data in float32, across nodes
   uint32_t rounds_ = 0;
   uint64_t calls_ = 0;
   std::atomic<bool> aborted_{false};

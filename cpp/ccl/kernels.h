@@ -14,4 +14,9 @@ namespace mojoccl {
 void reduce(void* dst, const void* const* sources, int nsources, size_t count,
             ncclDataType_t datatype, ncclRedOp_t op, int divisor);
 
+// Between a half type (ncclFloat16, ncclBfloat16) and ncclFloat32, rounding
+// to nearest even as reduce() does.
+void convert(void* dst, ncclDataType_t dstType, const void* src, ncclDataType_t srcType,
+             size_t count);
+
 }  // namespace mojoccl

@@ -91,6 +91,8 @@ std::string defaultRouteInterface() {
   return "";
 }
 
+}  // namespace
+
 // NCCL_SOCKET_IFNAME syntax: comma-separated prefixes, "^" excludes,
 // "=" makes every entry an exact name.
 bool matchesIfname(const std::string& name, std::string spec) {
@@ -107,8 +109,6 @@ bool matchesIfname(const std::string& name, std::string spec) {
   }
   return exclude ? !listed : listed;
 }
-
-}  // namespace
 
 SocketAddress chooseBootstrapAddress() {
   auto interfaces = upInterfaces();

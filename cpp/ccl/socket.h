@@ -27,6 +27,9 @@ struct SocketAddress {
 // then loopback.
 SocketAddress chooseBootstrapAddress();
 
+// Whether interface `name` matches a MOJOCCL_SOCKET_IFNAME value.
+bool matchesIfname(const std::string& name, std::string spec);
+
 class Socket {
  public:
   Socket() = default;

@@ -3,6 +3,7 @@
 import atexit
 import threading
 
+from torch_mojo import launcher
 from torch_mojo.env import check_environment
 
 BACKEND_NAME = "mojo"
@@ -68,6 +69,9 @@ def _devices():
 def register():
     global _registered
     check_environment()
+    # srun or mpirun instead of torchrun: torch's init_process_group() then
+    # finds torchrun's variables all the same.
+    launcher.adopt_launcher_environment()
     with _lock:
         if _registered:
             return

@@ -16,6 +16,10 @@ For every collective and size it times, in the same processes and on the
 same machine:
   mojo          dist.<collective> on a `mojo` process group (through torch)
   mojo+pool     the same, on tensors from the registered shared-memory pool
+  mojo+fabric   dist.<collective> on a mojo group in which every rank stands
+                for a node of its own (MOJOCCL_HOSTID): the libfabric path
+                between nodes, with MOJOCCL_FABRIC_PROVIDER (default here:
+                tcp, as one machine has no fabric NIC)
   gloo          dist.<collective> on a gloo group over the same ranks
   mojoccl       libmojoccl's NCCL API called directly (the library alone)
   mojoccl+pool  the same, on ncclMemAlloc buffers
@@ -34,7 +38,6 @@ import argparse
 import csv
 import datetime
 import os
-import socket
 import statistics
 import sys
 import time
@@ -68,28 +71,6 @@ def human(size: int) -> str:
 def launched_by_mpi() -> bool:
     return any(name in os.environ for name in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"))
 
-
-def rank_and_world(mpi_comm):
-    """From torchrun's variables, else from MPI (mpirun, or srun with PMI)."""
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if mpi_comm is not None:
-        return mpi_comm.Get_rank(), mpi_comm.Get_size()
-    raise SystemExit("torch-mojo bench: launch it with torchrun, mpirun or srun (no RANK/WORLD_SIZE found)")
-
-
-def rendezvous(mpi_comm, rank):
-    """MASTER_ADDR/PORT for torch: torchrun sets them; under MPI rank 0 picks
-    them and broadcasts."""
-    if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
-        return
-    address = None
-    if rank == 0:
-        with socket.socket() as sock:
-            sock.bind(("", 0))
-            address = (socket.gethostname(), sock.getsockname()[1])
-    address = mpi_comm.bcast(address, root=0)
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = address[0], str(address[1])
 
 
 # ------------------------------------------------------------ the runners
@@ -439,7 +420,8 @@ def main(argv=None):
     parser.add_argument("--collectives", default=",".join(COLLECTIVES))
     parser.add_argument("--sizes", default=DEFAULT_SIZES, help="bytes; K/M/G suffixes allowed")
     parser.add_argument("--backends", default="mojo,mojo+pool,gloo,mojoccl,mojoccl+pool,mpi",
-                        help="any of mojo, mojo+pool, gloo, mojoccl, mojoccl+pool, mpi (mpi only under MPI)")
+                        help="any of mojo, mojo+pool, mojo+fabric, gloo, mojoccl, mojoccl+pool, mpi (mpi only "
+                        "under MPI)")
     parser.add_argument("--min-seconds", type=float, default=0.3, help="time per size and backend")
     parser.add_argument("--max-iterations", type=int, default=2000)
     parser.add_argument("--output", default="bench", help="prefix of the .csv and .png written by rank 0")
@@ -447,14 +429,16 @@ def main(argv=None):
     parser.add_argument("--ddp", action="store_true", help="DDP training steps per second")
     args = parser.parse_args(argv)
 
+    from torch_mojo import launcher
+
     mpi_comm = None
     if launched_by_mpi():
         from mpi4py import MPI
 
         mpi_comm = MPI.COMM_WORLD
-    rank, world = rank_and_world(mpi_comm)
-    if mpi_comm is not None:
-        rendezvous(mpi_comm, rank)
+    if launcher.adopt_launcher_environment() is None and "RANK" not in os.environ:
+        raise SystemExit("torch-mojo bench: launch it with torchrun, mpirun or srun (no RANK/WORLD_SIZE found)")
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 
     import torch
     import torch.distributed as dist
@@ -497,6 +481,8 @@ def main(argv=None):
             runners.append(TorchRunner(world, rank, "mojo", None))
         elif name == "mojo+pool":
             runners.append(TorchRunner(world, rank, "mojo+pool", None, _pool()))
+        elif name == "mojo+fabric":
+            runners.append(TorchRunner(world, rank, "mojo+fabric", _group_across_nodes(rank)))
         elif name == "gloo":
             runners.append(TorchRunner(world, rank, "gloo", gloo))
         elif name == "mojoccl":
@@ -530,6 +516,27 @@ def main(argv=None):
         write_outputs(rows, args.output, world)
         print(f"\n# wrote {args.output}.csv and {args.output}.png")
     dist.destroy_process_group()
+
+
+def _group_across_nodes(rank):
+    """A mojo group over all ranks, each of them a node of its own: its
+    communicator is made, and reads MOJOCCL_HOSTID, at its first call."""
+    import torch
+    import torch.distributed as dist
+
+    saved = {name: os.environ.get(name) for name in ("MOJOCCL_HOSTID", "MOJOCCL_FABRIC_PROVIDER")}
+    os.environ["MOJOCCL_HOSTID"] = f"bench-node-{rank}"
+    os.environ.setdefault("MOJOCCL_FABRIC_PROVIDER", "tcp")
+    try:
+        group = dist.new_group(backend="mojo")
+        dist.all_reduce(torch.ones(1), group=group)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    return group
 
 
 def _pool():

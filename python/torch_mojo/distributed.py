@@ -5,6 +5,8 @@ import os
 import sys
 import warnings
 
+from torch_mojo import launcher
+
 _VISIBILITY = {"nvidia": "CUDA_VISIBLE_DEVICES", "amd": "ROCR_VISIBLE_DEVICES"}
 
 
@@ -38,7 +40,9 @@ def _gpus_already_initialised():
 
 
 def use_local_rank_gpu():
-    """Gives this torchrun worker its own GPU, chosen by ``LOCAL_RANK``.
+    """Gives this torchrun worker its own GPU, chosen by ``LOCAL_RANK`` (a
+    task of srun or mpirun: by its launcher's local rank, see
+    :mod:`torch_mojo.launcher`).
 
     Sets the vendor's visibility variable (``CUDA_VISIBLE_DEVICES`` on
     NVIDIA, ``ROCR_VISIBLE_DEVICES`` on AMD) so that the worker sees exactly
@@ -52,6 +56,7 @@ def use_local_rank_gpu():
 
     Returns the value of the visibility variable it left, or None.
     """
+    launcher.adopt_launcher_environment(rendezvous=False)  # srun or mpirun: their local rank
     local_rank = os.environ.get("LOCAL_RANK")
     if local_rank is None:
         return None

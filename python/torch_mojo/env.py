@@ -148,7 +148,8 @@ VARIABLES: tuple[Variable, ...] = (
         "MOJOCCL_SOCKET_IFNAME",
         "an up, non-loopback interface with a default route",
         "network interface for the TCP bootstrap (`eth0`, a prefix `eth`, `^docker` to "
-        "exclude, `=eth0` for an exact name)",
+        "exclude, `=eth0` for an exact name), and for libfabric's `tcp` provider unless "
+        "`MOJOCCL_FABRIC_DOMAIN` is set",
     ),
     Variable(
         "MOJOCCL_BOOTSTRAP_TIMEOUT_S",
@@ -179,30 +180,33 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "MOJOCCL_IB_TIMEOUT_S",
         "60",
-        "seconds a collective waits for its peers across nodes before failing",
+        "seconds a rank waits for a peer on another node without progress; it then prints a "
+        "line naming the collective and the peer, and the call fails",
         int_range=(1, 86400),
-        used=False,
     ),
     Variable(
         "MOJOCCL_NET",
-        "InfiniBand if an active port exists, else libfabric",
-        "`verbs` or `fabric` forces the node-to-node transport",
+        "fabric",
+        "node-to-node transport: `fabric` (libfabric: cxi, verbs, tcp, ...); `verbs` is refused "
+        "with advice, as InfiniBand is served by libfabric's verbs provider",
         choices=("verbs", "fabric"),
-        used=False,
     ),
     Variable("MOJOCCL_IB_HCA", "chosen by GPU/NIC locality", "InfiniBand adapter to use", used=False),
     Variable(
         "MOJOCCL_FABRIC_DOMAIN",
-        "chosen by GPU/NIC locality",
-        "libfabric domain (NIC) to use, such as `cxi0`",
-        used=False,
+        "the provider's first",
+        "libfabric domain (NIC) to use, such as `cxi0`, `mlx5_0` or, for `tcp`, an interface",
     ),
-    Variable("MOJOCCL_FABRIC_PROVIDER", "cxi", "libfabric provider", used=False),
+    Variable(
+        "MOJOCCL_FABRIC_PROVIDER",
+        "cxi",
+        "libfabric provider between nodes (`cxi` on Slingshot, `verbs` on InfiniBand, `tcp`, "
+        "`shm`); when it is absent the error names the providers there are",
+    ),
     Variable(
         "MOJOCCL_LIBFABRIC",
-        "system loader, then the Cray install",
+        "the site's (build option), the system loader, then the Cray install",
         "path to `libfabric.so.1`",
-        used=False,
     ),
     Variable(
         "MOJOCCL_REGION_MB",
@@ -221,9 +225,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "MOJOCCL_IB_TRACE",
         "0",
-        "`1` prints what each rank negotiated (transport, device, ports)",
+        "`1` prints, for each rank of a communicator spanning nodes, its node, its node's "
+        "ranks and leader, and the provider, domain and libfabric in use",
         choices=("0", "1"),
-        used=False,
     ),
 )
 

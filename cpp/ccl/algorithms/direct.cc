@@ -76,7 +76,7 @@ void broadcastDirect(ShmTransport& shm, uint32_t& rounds, const Call& call) {
       return;
     }
     step.share();
-    std::memcpy(bytesAt(call.recv, offset, size), step.of(call.root), count * size);
+    std::memcpy(bytesAt(call.recv, offset, size), step.of(shm.indexOf(call.root)), count * size);
   });
 }
 

@@ -8,6 +8,7 @@
 
 #include "../datatypes.h"
 #include "../error.h"
+#include "../transports/fabric.h"
 
 namespace mojoccl {
 namespace {
@@ -29,6 +30,14 @@ size_t bytesOf(const Transfer& transfer) {
 
 std::string describe(size_t count, uint32_t datatype) {
   return std::to_string(count) + " x " + datatypeName(static_cast<ncclDataType_t>(datatype));
+}
+
+std::string mismatchText(int sender, size_t sentCount, uint32_t sentType, uint64_t sentCall,
+                         int receiver, const Transfer& expected) {
+  return "point-to-point mismatch: rank " + std::to_string(sender) + " sent " +
+         describe(sentCount, sentType) + " (its call #" + std::to_string(sentCall) + "), rank " +
+         std::to_string(receiver) + " expected " + describe(expected.count, expected.datatype) +
+         " (its call #" + std::to_string(expected.sequence) + ")";
 }
 
 class Progress {
@@ -114,12 +123,8 @@ class Progress {
     std::memcpy(&note, entry.note, sizeof(note));
     const bool matches = note.count == transfer.count && note.datatype == transfer.datatype;
     if (!matches && mismatch_.empty())
-      mismatch_ = "point-to-point mismatch: rank " + std::to_string(shm_.commRank(transfer.peer)) +
-                  " sent " + describe(note.count, note.datatype) + " (its call #" +
-                  std::to_string(note.sequence) + "), rank " +
-                  std::to_string(shm_.commRank(shm_.self())) + " expected " +
-                  describe(transfer.count, transfer.datatype) + " (its call #" +
-                  std::to_string(transfer.sequence) + ")";
+      mismatch_ = mismatchText(shm_.commRank(transfer.peer), note.count, note.datatype, note.sequence,
+                               shm_.commRank(shm_.self()), transfer);
     if (note.bufferSerial == 0) {
       if (matches) std::memcpy(transfer.buffer, entry.data, note.bytes);
     } else {
@@ -141,6 +146,52 @@ class Progress {
 
 void runTransfers(ShmTransport& shm, const std::vector<Transfer>& transfers) {
   Progress(shm, transfers).run();
+}
+
+// Across nodes every message is preceded by a small one that describes it.
+// The receiver reads that first and then receives the message at the size
+// it really has (a shorter receive would be a provider error), so a receive
+// of another size consumes the message and names both sides, as within a
+// node, and the communicator stays usable. Sends are buffered
+// (FabricTransport::postBufferedSend) and both parts go at once.
+void runRemoteTransfers(FabricTransport& fabric, int self, const std::vector<Transfer>& transfers,
+                        const std::string& what) {
+  struct Header {
+    uint64_t count;
+    uint64_t sequence;
+    uint32_t datatype;
+    uint32_t reserved;
+  };
+  std::vector<Header> headers(transfers.size());
+  for (size_t i = 0; i < transfers.size(); ++i) {
+    const Transfer& transfer = transfers[i];
+    if (transfer.isSend) {
+      headers[i] = {transfer.count, transfer.sequence, static_cast<uint32_t>(transfer.datatype), 0};
+      fabric.postBufferedSend(transfer.peer, &headers[i], sizeof(Header));
+      fabric.postBufferedSend(transfer.peer, transfer.buffer, bytesOf(transfer));
+    } else {
+      fabric.postRecv(transfer.peer, &headers[i], sizeof(Header));
+    }
+  }
+  fabric.waitAll(what);
+  std::string mismatch;
+  std::vector<std::vector<char>> discarded;
+  for (size_t i = 0; i < transfers.size(); ++i) {
+    const Transfer& transfer = transfers[i];
+    if (transfer.isSend) continue;
+    const Header& sent = headers[i];
+    if (sent.count == transfer.count && sent.datatype == static_cast<uint32_t>(transfer.datatype)) {
+      fabric.postRecv(transfer.peer, transfer.buffer, bytesOf(transfer));
+      continue;
+    }
+    if (mismatch.empty())
+      mismatch = mismatchText(transfer.peer, sent.count, sent.datatype, sent.sequence, self, transfer);
+    size_t datatypeBytes = datatypeSize(static_cast<ncclDataType_t>(sent.datatype));
+    discarded.emplace_back(sent.count * (datatypeBytes ? datatypeBytes : 1));
+    fabric.postRecv(transfer.peer, discarded.back().data(), discarded.back().size());
+  }
+  fabric.waitAll(what);
+  if (!mismatch.empty()) throw MismatchError(mismatch);
 }
 
 }  // namespace mojoccl

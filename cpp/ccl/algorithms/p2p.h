@@ -13,8 +13,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "../transports/fabric.h"
 #include "../transports/shm.h"
 #include "mojoccl/nccl.h"
 
@@ -22,7 +24,7 @@ namespace mojoccl {
 
 struct Transfer {
   bool isSend;
-  int peer;      // local index of the other rank (ourselves is allowed)
+  int peer;      // local index of the other rank (ourselves is allowed); across nodes, its rank
   void* buffer;  // read by a send, written by a receive
   size_t count;
   ncclDataType_t datatype;
@@ -33,5 +35,9 @@ struct Transfer {
 // another size or datatype than it expects consumes it and, once the rest of
 // the batch is done, throws an error naming both sides.
 void runTransfers(ShmTransport& shm, const std::vector<Transfer>& transfers);
+
+// The same between nodes: `peer` is then a communicator rank and `self` ours.
+void runRemoteTransfers(FabricTransport& fabric, int self, const std::vector<Transfer>& transfers,
+                        const std::string& what);
 
 }  // namespace mojoccl

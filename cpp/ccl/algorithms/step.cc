@@ -1,6 +1,7 @@
 #include "step.h"
 
 #include <cstring>
+#include <string>
 
 #include "../error.h"
 
@@ -18,6 +19,11 @@ Step::Step(ShmTransport& shm, uint32_t& roundCounter, const Call& call)
 Step::~Step() { shm_.publish(Stage::Done, round_); }
 
 void Step::share(const CallBuffers* buffers) {
+  publishAndAwait(buffers);
+  checkAgreement();
+}
+
+void Step::publishAndAwait(const CallBuffers* buffers) {
   CallSignature signature = CallSignature::of(call_);
   char* note = shm_.note(shm_.self(), round_);
   std::memcpy(note, &signature, sizeof(signature));
@@ -25,7 +31,6 @@ void Step::share(const CallBuffers* buffers) {
   std::memcpy(note + sizeof(signature), buffers != nullptr ? buffers : &none, sizeof(CallBuffers));
   shm_.publish(Stage::Posted, round_);
   shm_.awaitAll(Stage::Posted, round_);
-  checkAgreement();
 }
 
 CallBuffers Step::buffersOf(int peer) const {
@@ -45,6 +50,11 @@ void Step::shareCopyOf(const void* data, size_t bytes) {
 }
 
 void Step::checkAgreement() const {
+  std::string problem = disagreement();
+  if (!problem.empty()) throw MismatchError(problem);
+}
+
+std::string Step::disagreement() const {
   // Every rank compares every signature with the lowest rank's, so all of
   // them find the same disagreement and report it in the same words.
   CallSignature first{};
@@ -52,17 +62,20 @@ void Step::checkAgreement() const {
   for (int peer = 1; peer < shm_.size(); ++peer) {
     CallSignature other{};
     std::memcpy(&other, shm_.note(peer, round_), sizeof(other));
-    if (other.sameCollective(first)) continue;
-    std::string where = other.sequence == first.sequence
-                            ? "call #" + std::to_string(first.sequence)
-                            : "calls #" + std::to_string(other.sequence) + " and #" +
-                                  std::to_string(first.sequence);
-    throw MismatchError("collective mismatch at " + where + ": rank " +
-                        std::to_string(shm_.commRank(peer)) + " called " + other.describe() +
-                        ", rank " + std::to_string(shm_.commRank(0)) + " called " +
-                        first.describe() +
-                        "; every rank must issue the same collectives in the same order");
+    if (!other.sameCollective(first))
+      return mismatchText(shm_.commRank(peer), other, shm_.commRank(0), first);
   }
+  return "";
+}
+
+std::string mismatchText(int rank, const CallSignature& called, int firstRank, const CallSignature& first) {
+  std::string where = called.sequence == first.sequence
+                          ? "call #" + std::to_string(first.sequence)
+                          : "calls #" + std::to_string(called.sequence) + " and #" +
+                                std::to_string(first.sequence);
+  return "collective mismatch at " + where + ": rank " + std::to_string(rank) + " called " +
+         called.describe() + ", rank " + std::to_string(firstRank) + " called " + first.describe() +
+         "; every rank must issue the same collectives in the same order";
 }
 
 }  // namespace mojoccl

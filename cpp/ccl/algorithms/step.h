@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "../transports/shm.h"
 #include "call.h"
@@ -32,6 +33,12 @@ class Step {
   // Publishes Done and waits for every rank's: peers have stopped reading
   // this rank's buffers, so the caller may change them.
   void finishTogether();
+  // share() without the check: the caller asks disagreement() (to pass a
+  // mismatch on before raising it).
+  void publishAndAwait(const CallBuffers* buffers = nullptr);
+  // Empty when every rank shares the same call, else the words every rank
+  // uses to report the difference.
+  std::string disagreement() const;
   void publishReduced() { shm_.publish(Stage::Reduced, round_); }
   void awaitReduced() const { shm_.awaitAll(Stage::Reduced, round_); }
 
@@ -42,5 +49,8 @@ class Step {
   const Call& call_;
   uint32_t round_;
 };
+
+// "collective mismatch at call #N: rank R called ..., rank F called ...; ..."
+std::string mismatchText(int rank, const CallSignature& called, int firstRank, const CallSignature& first);
 
 }  // namespace mojoccl

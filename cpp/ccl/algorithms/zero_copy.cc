@@ -113,7 +113,7 @@ bool broadcastZeroCopy(ShmTransport& shm, uint32_t& rounds, const Call& call) {
   const size_t bytes = call.count * datatypeSize(call.datatype);
   Step step(shm, rounds, call);
   Peers peers(shm, step, call, bytes, bytes);
-  const int root = call.root;  // one node: local index and rank coincide
+  const int root = shm.indexOf(call.root);
   if (!peers.sendShared(root) && !shm.canReadPeerMemory()) return false;
   peers.copySend(root, 0, call.recv, bytes);
   step.finishTogether();

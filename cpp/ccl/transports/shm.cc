@@ -130,6 +130,12 @@ ShmTransport::ShmTransport(Bootstrap& bootstrap, std::vector<ShmPeer> peers, int
   crossMemoryAttach_ = probeCrossMemoryAttach(bootstrap);
 }
 
+int ShmTransport::indexOf(int commRank) const {
+  for (int peer = 0; peer < size(); ++peer)
+    if (peers_[peer].commRank == commRank) return peer;
+  fail(ncclInternalError, "rank " + std::to_string(commRank) + " is not on this node");
+}
+
 // Every rank reads a word of every other's memory; all must succeed.
 bool ShmTransport::probeCrossMemoryAttach(Bootstrap& bootstrap) {
   static const uint64_t probe = 0x6d6f6a6f63636cull;  // lives as long as the library

@@ -59,6 +59,8 @@ class ShmTransport {
   int size() const { return static_cast<int>(peers_.size()); }
   int self() const { return self_; }
   int commRank(int peer) const { return peers_[peer].commRank; }
+  // The local index of communicator rank `commRank`, which must be on this node.
+  int indexOf(int commRank) const;
 
   // ---- staging slots and rounds (direct collectives)
   size_t slotBytes() const { return slotBytes_; }

@@ -52,6 +52,9 @@ class PyTorchMojo(PythonPackage, CudaPackage, ROCmPackage):
     depends_on("py-torch~rocm~cuda", when="+rocm")
     depends_on("py-torch+cuda", when="+cuda")
 
+    # libfabric's headers build the node-to-node transport, which loads the
+    # library at run time; +libfabric also records the site's for that.
+    depends_on("libfabric", type="build")
     depends_on("libfabric", when="+libfabric")
     with when("ccl=vendor"):
         # RCCL and NCCL for the GPUs this build targets.

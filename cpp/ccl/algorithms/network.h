@@ -1,0 +1,36 @@
+// Collectives among a group of ranks on different nodes (one per node, in
+// the hierarchical algorithms), built from the fabric transport's messages.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "../transports/fabric.h"
+#include "mojoccl/nccl.h"
+
+namespace mojoccl {
+
+struct NetworkGroup {
+  FabricTransport& fabric;
+  std::vector<int> ranks;  // communicator ranks, in group order
+  int self;                // our index in `ranks`
+  std::string what;        // the caller's operation, for errors
+  int size() const { return static_cast<int>(ranks.size()); }
+};
+
+// Ring all-reduce in place: a reduce-scatter then an all-gather, each slice
+// reduced by one rank in ring order, so every rank ends with the same bits.
+// `op` must not be ncclAvg (the caller divides once, by the whole count).
+void networkAllReduce(const NetworkGroup& group, void* data, size_t count, ncclDataType_t datatype,
+                      ncclRedOp_t op);
+
+// `bytes` from group member `root` to every other member, in place.
+void networkBroadcast(const NetworkGroup& group, void* data, size_t bytes, int root);
+
+// Every member's block (of its own size) to every member: blocks[i] holds
+// member i's block; ours is read, the others are written.
+void networkAllGather(const NetworkGroup& group, const std::vector<char*>& blocks,
+                      const std::vector<size_t>& blockBytes);
+
+}  // namespace mojoccl

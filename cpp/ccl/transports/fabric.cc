@@ -1,0 +1,336 @@
+#include "fabric.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <memory>
+
+#include <rdma/fi_cm.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+
+#include "../env.h"
+#include "../error.h"
+#include "../socket.h"
+
+namespace mojoccl {
+namespace {
+
+// The tag: the sender's rank above a per-direction message counter, 48 bits
+// in all (what the providers we target offer).
+constexpr int kCounterBits = 28;
+constexpr uint64_t kCounterMask = (uint64_t{1} << kCounterBits) - 1;
+constexpr int kMaxRanks = 1 << 20;
+// Large messages go in pieces, so that one transfer never ties up a
+// provider's bounce buffers for long.
+constexpr size_t kMaxPiece = size_t{16} << 20;
+constexpr size_t kAddressBytes = 256;
+
+struct Address {
+  uint32_t length;
+  char bytes[kAddressBytes];
+};
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string text;
+  for (const auto& name : names) text += (text.empty() ? "" : ", ") + name;
+  return text.empty() ? "none" : text;
+}
+
+}  // namespace
+
+FabricTransport::FabricTransport(Bootstrap& bootstrap, int rank, const std::atomic<bool>& aborted)
+    : library_(LibFabric::get()),
+      rank_(rank),
+      aborted_(aborted),
+      ranks_(bootstrap.ranks()),
+      sent_(ranks_.size()),
+      received_(ranks_.size()) {
+  timeoutSeconds_ = static_cast<int>(envInt("MOJOCCL_IB_TIMEOUT_S", 60, 1, 86400));
+  if (ranks_.size() > kMaxRanks)
+    fail(ncclInvalidUsage, "libmojoccl's fabric transport serves at most " +
+                               std::to_string(kMaxRanks) + " ranks");
+  std::string provider = envString("MOJOCCL_FABRIC_PROVIDER", "cxi");
+  std::string domain = envString("MOJOCCL_FABRIC_DOMAIN");
+
+  fi_info* hints = library_.dupinfo(nullptr);
+  hints->caps = FI_TAGGED;
+  hints->mode = FI_CONTEXT | FI_CONTEXT2;
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->domain_attr->threading = FI_THREAD_DOMAIN;
+  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY |
+                                FI_MR_ENDPOINT;
+  hints->fabric_attr->prov_name = strdup(provider.c_str());
+  if (!domain.empty()) hints->domain_attr->name = strdup(domain.c_str());
+  int status = library_.getinfo(FI_VERSION(1, 10), nullptr, nullptr, 0, hints, &infoList_);
+  library_.freeinfo(hints);
+  // Utility providers (ofi_rxm) may not filter by domain: pick it here.
+  // Where domains are network interfaces (tcp), MOJOCCL_SOCKET_IFNAME
+  // chooses among them, as NCCL_SOCKET_IFNAME does for NCCL's sockets.
+  std::string domains, ifname = envString("MOJOCCL_SOCKET_IFNAME");
+  fi_info* byInterface = nullptr;
+  for (fi_info* info = infoList_; info != nullptr; info = info->next) {
+    std::string name = info->domain_attr->name;
+    if (!info_ && (domain.empty() || domain == name)) info_ = info;
+    if (!byInterface && domain.empty() && !ifname.empty() && matchesIfname(name, ifname)) byInterface = info;
+    if (domains.find(name) == std::string::npos) domains += (domains.empty() ? "" : ", ") + name;
+  }
+  if (byInterface) info_ = byInterface;
+
+  std::string failure;
+  if (status == 0 && infoList_ != nullptr && info_ == nullptr) {
+    failure = "libfabric provider " + std::string(infoList_->fabric_attr->prov_name) + " has no domain '" +
+              domain + "' (MOJOCCL_FABRIC_DOMAIN); its domains here: " + domains;
+  } else if (status != 0 || info_ == nullptr) {
+    failure = "libfabric " + library_.versionText() + " (" + library_.path + ") has no provider '" +
+              provider + "'" + (domain.empty() ? "" : " with domain '" + domain + "'") +
+              " offering reliable tagged messages (FI_EP_RDM, FI_TAGGED): " +
+              library_.strerror(-status) + ". Providers here: " + joined(library_.providers()) +
+              ". Set MOJOCCL_FABRIC_PROVIDER to one of them (cxi on Slingshot, verbs on "
+              "InfiniBand, tcp elsewhere)" +
+              (domain.empty() ? "" : ", or MOJOCCL_FABRIC_DOMAIN to one of its domains");
+  } else if (info_->domain_attr->mr_mode & FI_MR_LOCAL) {
+    failure = "libfabric provider " + std::string(info_->fabric_attr->prov_name) +
+              " needs registered local buffers (FI_MR_LOCAL), which this libmojoccl does not "
+              "register yet; choose another provider with MOJOCCL_FABRIC_PROVIDER";
+  }
+  bootstrap.agreeOnSuccess(failure.empty(), failure);
+
+  auto check = [&](int result, const char* call) {
+    if (result != 0)
+      fail(ncclSystemError, std::string(call) + " failed: " + library_.strerror(-result) +
+                                " (libfabric provider " + info_->fabric_attr->prov_name + ")");
+  };
+  Address mine{};
+  try {
+    check(library_.fabric(info_->fabric_attr, &fabric_, nullptr), "fi_fabric");
+    check(fi_domain(fabric_, info_, &domain_, nullptr), "fi_domain");
+    fi_cq_attr cqAttributes{};
+    cqAttributes.format = FI_CQ_FORMAT_TAGGED;
+    cqAttributes.size = info_->tx_attr->size + info_->rx_attr->size;
+    check(fi_cq_open(domain_, &cqAttributes, &cq_, nullptr), "fi_cq_open");
+    fi_av_attr avAttributes{};
+    avAttributes.type = FI_AV_TABLE;
+    check(fi_av_open(domain_, &avAttributes, &av_, nullptr), "fi_av_open");
+    check(fi_endpoint(domain_, info_, &endpoint_, nullptr), "fi_endpoint");
+    check(fi_ep_bind(endpoint_, &cq_->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind (completion queue)");
+    check(fi_ep_bind(endpoint_, &av_->fid, 0), "fi_ep_bind (address vector)");
+    check(fi_enable(endpoint_), "fi_enable");
+    size_t length = sizeof(mine.bytes);
+    check(fi_getname(&endpoint_->fid, mine.bytes, &length), "fi_getname");
+    mine.length = static_cast<uint32_t>(length);
+  } catch (const Error& error) {
+    failure = error.what();
+  }
+  bootstrap.agreeOnSuccess(failure.empty(), failure);
+
+  std::vector<char> all = bootstrap.allGather(&mine, sizeof(mine));
+  addresses_.resize(ranks_.size());
+  for (size_t peer = 0; peer < ranks_.size(); ++peer) {
+    const auto* address = reinterpret_cast<const Address*>(all.data() + peer * sizeof(Address));
+    if (fi_av_insert(av_, address->bytes, 1, &addresses_[peer], 0, nullptr) != 1 && failure.empty())
+      failure = "fi_av_insert could not add rank " + std::to_string(peer) + "'s address (" +
+                ranks_[peer].hostname + ")";
+  }
+  bootstrap.agreeOnSuccess(failure.empty(), failure);
+  maxMessage_ = std::min(info_->ep_attr->max_msg_size, kMaxPiece);
+}
+
+FabricTransport::~FabricTransport() {
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  bufferedPosted_.notify_all();
+  if (progressThread_.joinable()) progressThread_.join();
+  // The last sends of a program must still reach their receivers.
+  try {
+    std::unique_lock<std::mutex> lock(mutex_);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeoutSeconds_);
+    while (buffered_ > 0 && failure_.empty() && !aborted_.load() &&
+           std::chrono::steady_clock::now() < deadline)
+      progress("ncclCommDestroy");
+  } catch (const Error&) {
+  }
+  if (endpoint_) fi_close(&endpoint_->fid);
+  if (av_) fi_close(&av_->fid);
+  if (cq_) fi_close(&cq_->fid);
+  if (domain_) fi_close(&domain_->fid);
+  if (fabric_) fi_close(&fabric_->fid);
+  if (infoList_) library_.freeinfo(infoList_);
+}
+
+std::string FabricTransport::describe() const {
+  return std::string(info_->fabric_attr->prov_name) + " on " + info_->domain_attr->name +
+         " (libfabric " + library_.versionText() + ", " + library_.path + ")";
+}
+
+uint64_t FabricTransport::tag(int sender, uint32_t counter) const {
+  return (static_cast<uint64_t>(sender) << kCounterBits) | (counter & kCounterMask);
+}
+
+void FabricTransport::postSend(int peer, const void* data, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  post(peer, true, static_cast<char*>(const_cast<void*>(data)), bytes, nullptr);
+}
+
+void FabricTransport::postRecv(int peer, void* data, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  post(peer, false, static_cast<char*>(data), bytes, nullptr);
+}
+
+void FabricTransport::postBufferedSend(int peer, const void* data, size_t bytes) {
+  const char* from = static_cast<const char*>(data);
+  auto copy = std::make_shared<std::vector<char>>(from, from + bytes);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!progressThread_.joinable()) progressThread_ = std::thread([this] { progressBufferedSends(); });
+  post(peer, true, copy->data(), bytes, copy);
+  bufferedPosted_.notify_one();
+}
+
+// Posts `bytes` in pieces of at most maxMessage_; an empty message still
+// travels, as the receiver waits for it. Every piece of a buffered send
+// holds its `copy`.
+void FabricTransport::post(int peer, bool isSend, char* base, size_t bytes,
+                           const std::shared_ptr<std::vector<char>>& copy) {
+  const bool buffered = copy != nullptr;
+  if (!failure_.empty()) fail(ncclRemoteError, failure_);
+  const std::string what = std::string(isSend ? "a send to" : "a receive from") + " rank " +
+                           std::to_string(peer);
+  size_t offset = 0;
+  const auto start = std::chrono::steady_clock::now();
+  do {
+    size_t piece = std::min(maxMessage_, bytes - offset);
+    pending_.push_back({{}, peer, isSend, piece, buffered, copy});
+    Request& request = pending_.back();
+    (buffered ? buffered_ : waitedFor_) += 1;
+    for (;;) {
+      ssize_t result =
+          isSend ? fi_tsend(endpoint_, base + offset, piece, nullptr, addresses_[peer],
+                            tag(rank_, sent_[peer]), &request.context)
+                 : fi_trecv(endpoint_, base + offset, piece, nullptr, FI_ADDR_UNSPEC,
+                            tag(peer, received_[peer]), 0, &request.context);
+      if (result == 0) break;
+      if (result != -FI_EAGAIN)
+        fail(ncclSystemError, "posting " + what + " failed: " + library_.strerror(static_cast<int>(-result)));
+      progress(what);  // the queue is full: completions make room
+      if (aborted_.load()) fail(ncclInvalidUsage, "the communicator was aborted");
+      if (std::chrono::steady_clock::now() - start > std::chrono::seconds(timeoutSeconds_))
+        failTimedOut(what, peer);
+    }
+    ++(isSend ? sent_ : received_)[peer];
+    offset += piece;
+  } while (offset < bytes);
+}
+
+void FabricTransport::waitAll(const std::string& what) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  waiting_ = true;
+  try {
+    auto lastProgress = std::chrono::steady_clock::now();
+    uint64_t seen = completed_;
+    while (waitedFor_ > 0) {
+      if (!failure_.empty()) fail(ncclRemoteError, failure_);
+      progress(what);
+      auto now = std::chrono::steady_clock::now();
+      if (completed_ != seen) {
+        seen = completed_;
+        lastProgress = now;
+        continue;
+      }
+      if (aborted_.load()) fail(ncclInvalidUsage, "the communicator was aborted");
+      if (now - lastProgress > std::chrono::seconds(timeoutSeconds_)) failTimedOut(what, oldestPeer());
+    }
+  } catch (const Error&) {
+    waiting_ = false;
+    cancelPending();
+    throw;
+  }
+  waiting_ = false;
+  if (buffered_ > 0) bufferedPosted_.notify_one();
+}
+
+// While buffered sends are in flight and no caller progresses the endpoint,
+// this thread does, briefly yielding the mutex between polls.
+void FabricTransport::progressBufferedSends() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_) {
+    if (buffered_ == 0 || waiting_ || !failure_.empty()) {
+      bufferedPosted_.wait(lock);
+      continue;
+    }
+    try {
+      progress("a buffered send");
+    } catch (const Error& error) {
+      failure_ = error.what();
+      continue;
+    }
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    lock.lock();
+  }
+}
+
+int FabricTransport::oldestPeer() const {
+  for (const auto& request : pending_)
+    if (!request.done && !request.buffered) return request.peer;
+  return pending_.empty() ? rank_ : pending_.front().peer;
+}
+
+void FabricTransport::failTimedOut(const std::string& what, int rank) {
+  const auto& peer = ranks_[rank];
+  std::string message = what + ": rank " + std::to_string(rank_) + " waited " +
+                        std::to_string(timeoutSeconds_) + " s for rank " + std::to_string(rank) +
+                        " (" + peer.hostname + ", pid " + std::to_string(peer.pid) +
+                        ") across nodes (MOJOCCL_IB_TIMEOUT_S=" + std::to_string(timeoutSeconds_) + ")";
+  fail(ncclRemoteError, message);
+}
+
+// After a failure the ranks are out of step and the communicator unusable:
+// nothing posted may still write into the caller's buffers.
+void FabricTransport::cancelPending() {
+  for (auto& request : pending_)
+    if (!request.done) fi_cancel(&endpoint_->fid, &request.context);
+  pending_.clear();
+  waitedFor_ = buffered_ = 0;
+}
+
+void FabricTransport::progress(const std::string& what) {
+  fi_cq_tagged_entry entries[16];
+  ssize_t count = fi_cq_read(cq_, entries, 16);
+  if (count == -FI_EAVAIL) {
+    fi_cq_err_entry error{};
+    fi_cq_readerr(cq_, &error, 0);
+    failRequest(error, what);
+  }
+  if (count == -FI_EAGAIN) return;
+  if (count < 0)
+    fail(ncclSystemError, what + ": fi_cq_read failed: " + library_.strerror(static_cast<int>(-count)));
+  for (ssize_t i = 0; i < count; ++i)
+    complete(*reinterpret_cast<Request*>(entries[i].op_context), entries[i].len, what);
+  pending_.remove_if([](const Request& request) { return request.done; });
+}
+
+void FabricTransport::complete(Request& request, size_t length, const std::string& what) {
+  request.done = true;
+  ++completed_;
+  (request.buffered ? buffered_ : waitedFor_) -= 1;
+  if (!request.isSend && length != request.bytes)
+    fail(ncclInternalError, what + ": rank " + std::to_string(request.peer) + " sent " +
+                                std::to_string(length) + " bytes where rank " + std::to_string(rank_) +
+                                " expected " + std::to_string(request.bytes));
+}
+
+void FabricTransport::failRequest(const fi_cq_err_entry& error, const std::string& what) {
+  auto* request = reinterpret_cast<Request*>(error.op_context);
+  std::string peer = request ? "rank " + std::to_string(request->peer) + " (" +
+                                   ranks_[request->peer].hostname + ")"
+                             : "a peer";
+  char detail[256] = {};
+  fi_cq_strerror(cq_, error.prov_errno, error.err_data, detail, sizeof(detail));
+  fail(ncclRemoteError, what + ": " + std::string(request && request->isSend ? "sending to " : "receiving from ") +
+                            peer + " failed: " + library_.strerror(error.err) + " (" + detail + ")");
+}
+
+}  // namespace mojoccl

@@ -1,0 +1,113 @@
+// Node-to-node transport over libfabric: one reliable-datagram endpoint
+// (FI_EP_RDM) per rank, tagged messages, one completion queue.
+//
+// Messages between two ranks are matched in the order they were posted: the
+// tag carries the sender's rank and a per-direction message counter, so no
+// provider ordering guarantee is needed. A wait that sees no progress from a
+// peer for MOJOCCL_IB_TIMEOUT_S seconds prints a line naming the operation
+// and the peer, and throws.
+//
+// Point-to-point sends are buffered, as within a node: the message is copied
+// and the send returns, so sends and receives issued in any order cannot
+// deadlock. Large messages need both sides' progress (rendezvous), so a
+// thread progresses buffered sends while no caller is waiting.
+//
+// The transport knows nothing of collectives: algorithms/network.cc builds
+// them from these messages.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+
+#include "../bootstrap.h"
+#include "libfabric.h"
+
+namespace mojoccl {
+
+class FabricTransport {
+ public:
+  // Collective over `bootstrap`: every rank of the communicator opens an
+  // endpoint and learns everyone's address. A failure on any rank (no such
+  // provider, no libfabric) fails all of them with its message.
+  FabricTransport(Bootstrap& bootstrap, int rank, const std::atomic<bool>& aborted);
+  ~FabricTransport();
+  FabricTransport(const FabricTransport&) = delete;
+  FabricTransport& operator=(const FabricTransport&) = delete;
+
+  // Posts a message that completes in waitAll(); the buffer must stay valid
+  // until then.
+  void postSend(int peer, const void* data, size_t bytes);
+  // A message of another size than `bytes` is an error.
+  void postRecv(int peer, void* data, size_t bytes);
+  // Copies the message and posts it: it completes on its own.
+  void postBufferedSend(int peer, const void* data, size_t bytes);
+  // Progresses every message posted with postSend/postRecv to completion.
+  // `what` names the operation in errors ("ncclAllReduce(...) across nodes").
+  void waitAll(const std::string& what);
+
+  // "tcp;ofi_rxm on lo (libfabric 1.17, /usr/lib/.../libfabric.so.1)"
+  std::string describe() const;
+
+ private:
+  struct Request {
+    fi_context2 context;  // first: libfabric hands back its address
+    int peer;
+    bool isSend;
+    size_t bytes;
+    bool buffered;
+    std::shared_ptr<std::vector<char>> copy;  // a buffered send's message
+    bool done = false;
+  };
+  // With mutex_ held, as every function below.
+  void post(int peer, bool isSend, char* base, size_t bytes,
+            const std::shared_ptr<std::vector<char>>& copy);
+  void complete(Request& request, size_t length, const std::string& what);
+  void progress(const std::string& what);
+  [[noreturn]] void failRequest(const fi_cq_err_entry& error, const std::string& what);
+  void cancelPending();
+  [[noreturn]] void failTimedOut(const std::string& what, int peer);
+  int oldestPeer() const;  // of the requests waited for
+  void progressBufferedSends();
+  uint64_t tag(int sender, uint32_t counter) const;
+
+  const LibFabric& library_;
+  int rank_;
+  const std::atomic<bool>& aborted_;
+  std::vector<RankInfo> ranks_;
+  fi_info* infoList_ = nullptr;  // what fi_getinfo offered
+  fi_info* info_ = nullptr;      // the one in use
+  fid_fabric* fabric_ = nullptr;
+  fid_domain* domain_ = nullptr;
+  fid_cq* cq_ = nullptr;
+  fid_av* av_ = nullptr;
+  fid_ep* endpoint_ = nullptr;
+  std::vector<fi_addr_t> addresses_;
+  std::vector<uint32_t> sent_, received_;  // messages posted per peer, each way
+  size_t maxMessage_;
+  int timeoutSeconds_;
+
+  // libfabric is used from one thread at a time (FI_THREAD_DOMAIN).
+  std::mutex mutex_;
+  std::condition_variable bufferedPosted_;
+  std::list<Request> pending_;  // stable addresses: libfabric holds them
+  uint64_t completed_ = 0;      // requests completed since the transport was made
+  size_t waitedFor_ = 0;        // posted with postSend/postRecv and not yet complete
+  size_t buffered_ = 0;         // buffered sends not yet complete
+  bool waiting_ = false;        // a caller is in waitAll(), progressing everything
+  bool stopping_ = false;
+  std::string failure_;  // what stopped the progress thread
+  std::thread progressThread_;
+};
+
+}  // namespace mojoccl

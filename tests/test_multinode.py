@@ -1,0 +1,180 @@
+"""Several nodes on one machine: MOJOCCL_HOSTID splits the ranks into
+"nodes", which then talk through libfabric (the `tcp` provider, real
+sockets) while ranks of one node share memory. The conformance matrix, a
+DDP job started by two torchrun agents, nodes in separate network
+namespaces, and the failures between nodes."""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from torch_mojo.mojoccl import REMOTE_ERROR
+from tests.harness import ROOT, free_port, run_ranks, run_torchrun, run_worker
+from tests.test_examples import losses
+
+FABRIC = {"MOJOCCL_FABRIC_PROVIDER": "tcp"}
+
+
+def on_nodes(*hosts):
+    """rank_env placing rank r on node hosts[r]."""
+    return {rank: {"MOJOCCL_HOSTID": host} for rank, host in enumerate(hosts)}
+
+
+@pytest.mark.parametrize(
+    "hosts",
+    [("a", "a", "b", "b"), ("a", "b", "a"), ("a", "b")],
+    ids=["2 nodes x 2 ranks", "uneven, interleaved", "1 rank per node"],
+)
+def test_conformance_matrix_across_nodes(hosts):
+    results = run_worker("collectives", len(hosts), env=FABRIC, rank_env=on_nodes(*hosts), timeout=400)
+    for result in results:
+        assert "checked" in result.stdout
+
+
+def test_conformance_matrix_over_libfabrics_shm_provider():
+    run_worker("collectives", 2, "--quick", env={"MOJOCCL_FABRIC_PROVIDER": "shm"},
+               rank_env=on_nodes("a", "b"), timeout=120)
+
+
+def ccl_job(hosts, env, scenario="init", timeout=60):
+    return run_worker("ccl", len(hosts), scenario, env=env, rank_env=on_nodes(*hosts), timeout=timeout)
+
+
+def test_trace_names_each_ranks_node_and_provider():
+    results = ccl_job("aab", {**FABRIC, "MOJOCCL_IB_TRACE": "1"})
+    assert all("ok all_reduce" in result.stdout for result in results)
+    assert "[mojoccl] rank 0: node 0 of 2 (ranks 0,1, leader 0); between nodes: tcp;ofi_rxm on " in results[0].stderr
+    assert "[mojoccl] rank 2: node 1 of 2 (ranks 2, leader 2)" in results[2].stderr
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({}, "has no provider 'cxi' offering reliable tagged messages"),
+        ({"MOJOCCL_FABRIC_PROVIDER": "nosuch"}, "Providers here: tcp;ofi_rxm"),
+        ({**FABRIC, "MOJOCCL_FABRIC_DOMAIN": "nosuch0"},
+         "has no domain 'nosuch0' (MOJOCCL_FABRIC_DOMAIN); its domains here: "),
+        ({**FABRIC, "MOJOCCL_LIBFABRIC": "/nonexistent/libfabric.so.1"},
+         "libfabric could not be loaded, and it carries collectives between nodes"),
+        ({**FABRIC, "MOJOCCL_NET": "verbs"}, "libfabric's verbs provider serves InfiniBand"),
+        ({**FABRIC, "MOJOCCL_IB_TIMEOUT_S": "0"},
+         "MOJOCCL_IB_TIMEOUT_S=0 is not valid: expected an integer from 1 to 86400"),
+    ],
+    ids=["default provider absent", "unknown provider", "unknown domain", "no libfabric", "verbs", "bad timeout"],
+)
+def test_bad_fabric_settings_fail_every_rank_at_once(env, message):
+    # Set on every rank; a failure agreed at set-up reaches all of them.
+    start = time.monotonic()
+    results = ccl_job("ab", env)
+    for result in results:
+        assert result.stdout.startswith("error ") and message in result.stdout, result.stdout
+    assert time.monotonic() - start < 30
+
+
+def test_a_setting_only_one_rank_has_still_fails_every_rank():
+    results = run_worker("ccl", 2, "init", env=FABRIC, timeout=60, rank_env={
+        0: {"MOJOCCL_HOSTID": "a"},
+        1: {"MOJOCCL_HOSTID": "b", "MOJOCCL_LIBFABRIC": "/nonexistent/libfabric.so.1"},
+    })
+    for result in results:
+        assert "rank 1: libfabric could not be loaded" in result.stdout, result.stdout
+
+
+def test_a_peer_on_another_node_that_exits_is_named_after_the_timeout():
+    results = ccl_job("ab", {**FABRIC, "MOJOCCL_IB_TIMEOUT_S": "3"}, scenario="peer_exits")
+    out, err = results[0].stdout, results[0].stderr
+    assert f"error {REMOTE_ERROR}" in out, out
+    assert "waited 3 s for rank 1" in out and "across nodes (MOJOCCL_IB_TIMEOUT_S=3)" in out, out
+    assert 2.5 < float(next(line for line in out.splitlines() if line.startswith("error after")).split()[2]) < 10
+    # The line in the job's log names the collective and the peer.
+    assert "[mojoccl] rank 0, ncclAllReduce(count=1000, float32, sum) (call #1): " in err, err
+    assert "the communicator is unusable after an earlier error" in out
+
+
+def torchrun_agents(nodes, script_args, env, timeout=240):
+    """One torchrun agent per "node" (its own MOJOCCL_HOSTID), meeting through
+    the c10d rendezvous as agents on separate hosts do."""
+    port = free_port()
+    agents = []
+    for node in range(nodes):
+        command = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nodes}", "--nproc-per-node=2",
+                   "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=multinode-test",
+                   *script_args]
+        agents.append(subprocess.Popen(
+            command, env={**os.environ, "PYTHONPATH": str(ROOT), "MOJOCCL_HOSTID": f"node{node}", **env},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True))
+    outputs = []
+    deadline = time.monotonic() + timeout
+    for agent in agents:
+        try:
+            outputs.append(agent.communicate(timeout=max(1, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            for other in agents:
+                os.killpg(other.pid, 9)
+            raise
+        assert agent.returncode == 0, outputs[-1][1][-6000:]
+    return outputs
+
+
+def test_ddp_over_two_torchrun_agents_matches_one_node(tmp_path):
+    script = [str(ROOT / "examples" / "train_ddp.py"), "--steps", "40", "--save", str(tmp_path / "x-{rank}.pt")]
+    outputs = torchrun_agents(2, script, {**FABRIC, "MOJOCCL_IB_TRACE": "1"})
+    stdout = "".join(out for out, _ in outputs)
+    stderr = "".join(err for _, err in outputs)
+    assert "backend mojo, world size 4" in stdout
+    for rank in range(4):
+        assert f"[mojoccl] rank {rank}: node {rank // 2} of 2" in stderr
+    one_node, _ = run_torchrun(script, 4)
+    assert losses(stdout) == pytest.approx(losses(one_node), rel=1e-4)
+
+
+@pytest.fixture
+def two_namespaces():
+    """Two network namespaces joined by a veth pair: each "node" has only its
+    own end (10.77.0.1 and .2) and loopback, so the bootstrap and libfabric
+    must use the interface MOJOCCL_SOCKET_IFNAME names."""
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        pytest.skip("network namespaces need root and iproute2's `ip`")
+    tag = f"tm{os.getpid() % 100000}"
+    spaces = [f"{tag}a", f"{tag}b"]
+    commands = [
+        *[["ip", "netns", "add", space] for space in spaces],
+        ["ip", "link", "add", f"{tag}a", "type", "veth", "peer", "name", f"{tag}b"],
+    ]
+    for index, space in enumerate(spaces):
+        commands += [
+            ["ip", "link", "set", space, "netns", space],  # each end is named after its namespace
+            ["ip", "-n", space, "addr", "add", f"10.77.0.{index + 1}/24", "dev", space],
+            ["ip", "-n", space, "link", "set", space, "up"],
+            ["ip", "-n", space, "link", "set", "lo", "up"],
+        ]
+    try:
+        for command in commands:
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode != 0:
+                pytest.skip(f"this machine does not allow network namespaces: {' '.join(command)}: "
+                            f"{done.stderr.strip()}")
+        yield spaces
+    finally:
+        for space in spaces:
+            subprocess.run(["ip", "netns", "del", space], capture_output=True)
+
+
+def test_nodes_in_separate_network_namespaces(two_namespaces):
+    tag = two_namespaces[0][:-1]
+    in_namespace = ["sh", "-c", 'exec ip netns exec "$TEST_NETNS" "$0" "$@"', sys.executable,
+                    str(ROOT / "tests" / "workers" / "collectives.py"), "--quick"]
+    # Each end of the veth pair is named after its namespace; the matrix's
+    # gloo reference group needs its interface named too.
+    placement = {rank: {"TEST_NETNS": space, "MOJOCCL_HOSTID": space, "GLOO_SOCKET_IFNAME": space}
+                 for rank, space in enumerate(two_namespaces[rank // 2] for rank in range(4))}
+    env = {**FABRIC, "MOJOCCL_SOCKET_IFNAME": tag, "MOJOCCL_IB_TRACE": "1", "MASTER_ADDR": "10.77.0.1"}
+    results = run_ranks(in_namespace, 4, env=env, rank_env=placement, timeout=180)
+    for result in results:
+        assert "checked" in result.stdout
+        space = two_namespaces[result.rank // 2]
+        assert f"between nodes: tcp;ofi_rxm on {space} " in result.stderr, result.stderr[-2000:]
