@@ -84,6 +84,18 @@ def test_a_setting_only_one_rank_has_still_fails_every_rank():
         assert "rank 1: libfabric could not be loaded" in result.stdout, result.stdout
 
 
+def test_ncclmemalloc_regions_are_registered_once_until_freed():
+    results = ccl_job("ab", {**FABRIC, "MOJOCCL_IB_TRACE": "1"}, scenario="registered")
+    for result in results:
+        assert "ok region 1" in result.stdout, result.stdout + result.stderr[-3000:]
+        events = [line.split(": ", 1)[1] for line in result.stderr.splitlines() if "ncclMemAlloc region" in line]
+        # Three calls on each region: one registration each, released when
+        # the region is freed.
+        registered = "registered a 400000-byte ncclMemAlloc region with tcp;ofi_rxm"
+        freed = "a registered ncclMemAlloc region was freed"
+        assert events == [registered, freed, registered, freed], result.stderr[-3000:]
+
+
 def test_a_peer_on_another_node_that_exits_is_named_after_the_timeout():
     results = ccl_job("ab", {**FABRIC, "MOJOCCL_IB_TIMEOUT_S": "3"}, scenario="peer_exits")
     out, err = results[0].stdout, results[0].stderr

@@ -101,6 +101,7 @@ void Comm::openFabric(Bootstrap& bootstrap) {
   }
   bootstrap.agreeOnSuccess(failure.empty(), failure);
   fabric_ = std::make_unique<FabricTransport>(bootstrap, rank_, aborted_);
+  fabric_->traceRegistrations(trace);
   if (trace) {
     std::string local;
     for (int peer : nodes_[node_]) local += (local.empty() ? "" : ",") + std::to_string(peer);

@@ -110,6 +110,19 @@ def main():
         expected = np.arange(1000, dtype=np.float32) * world * (world + 1) / 2 * world
         assert np.array_equal(second, expected), second[:4]
         print("ok group", flush=True)
+    elif scenario == "registered":
+        # ncclMemAlloc memory, used three times, freed, then a new region.
+        import gc
+
+        for region in range(2):
+            tensor = library.shared_tensor(100_000)
+            for _ in range(3):
+                tensor.fill_(rank + 1)
+                library.all_reduce(comm, tensor.numpy(), tensor.numpy())
+                assert float(tensor[0]) == world * (world + 1) / 2
+            del tensor
+            gc.collect()
+            print(f"ok region {region}", flush=True)
     library.lib.ncclCommDestroy(comm)
 
 

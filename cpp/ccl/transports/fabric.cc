@@ -1,11 +1,13 @@
 #include "fabric.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <cstring>
 #include <memory>
 
 #include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
@@ -13,6 +15,7 @@
 #include "../env.h"
 #include "../error.h"
 #include "../socket.h"
+#include "shared_regions.h"
 
 namespace mojoccl {
 namespace {
@@ -135,9 +138,11 @@ FabricTransport::FabricTransport(Bootstrap& bootstrap, int rank, const std::atom
   }
   bootstrap.agreeOnSuccess(failure.empty(), failure);
   maxMessage_ = std::min(info_->ep_attr->max_msg_size, kMaxPiece);
+  regionWatch_ = watchRegionFrees([this](uint64_t id) { forgetRegion(id); });
 }
 
 FabricTransport::~FabricTransport() {
+  if (regionWatch_ != 0) unwatchRegionFrees(regionWatch_);
   {
     std::unique_lock<std::mutex> lock(mutex_);
     stopping_ = true;
@@ -154,6 +159,7 @@ FabricTransport::~FabricTransport() {
   } catch (const Error&) {
   }
   if (endpoint_) fi_close(&endpoint_->fid);
+  for (auto& registration : registrations_) fi_close(&registration.second->fid);
   if (av_) fi_close(&av_->fid);
   if (cq_) fi_close(&cq_->fid);
   if (domain_) fi_close(&domain_->fid);
@@ -164,6 +170,39 @@ FabricTransport::~FabricTransport() {
 std::string FabricTransport::describe() const {
   return std::string(info_->fabric_attr->prov_name) + " on " + info_->domain_attr->name +
          " (libfabric " + library_.versionText() + ", " + library_.path + ")";
+}
+
+void* FabricTransport::descriptorFor(const void* data, size_t bytes) {
+  RegionDescriptor region = describeBuffer(data, bytes);
+  if (!region.shared()) return nullptr;
+  auto found = registrations_.find(region.id);
+  if (found == registrations_.end()) {
+    const char* base = static_cast<const char*>(data) - region.offset;
+    fid_mr* mr = nullptr;
+    int result = fi_mr_reg(domain_, base, region.regionBytes, FI_SEND | FI_RECV, 0, nextKey_++, 0, &mr, nullptr);
+    if (result == 0 && (info_->domain_attr->mr_mode & FI_MR_ENDPOINT) &&
+        (fi_mr_bind(mr, &endpoint_->fid, 0) != 0 || fi_mr_enable(mr) != 0)) {
+      fi_close(&mr->fid);
+      result = -FI_EINVAL;
+    }
+    // A provider that cannot register it moves it unregistered, as any memory.
+    if (result != 0) mr = nullptr;
+    if (traceRegistrations_)
+      fprintf(stderr, "[mojoccl] rank %d: %s a %zu-byte ncclMemAlloc region with %s%s\n", rank_,
+              mr ? "registered" : "could not register", static_cast<size_t>(region.regionBytes),
+              info_->fabric_attr->prov_name, mr ? "" : (std::string(": ") + library_.strerror(-result)).c_str());
+    found = registrations_.emplace(region.id, mr).first;
+  }
+  return found->second ? fi_mr_desc(found->second) : nullptr;
+}
+
+void FabricTransport::forgetRegion(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = registrations_.find(id);
+  if (found == registrations_.end()) return;
+  if (found->second) fi_close(&found->second->fid);
+  registrations_.erase(found);
+  if (traceRegistrations_) fprintf(stderr, "[mojoccl] rank %d: a registered ncclMemAlloc region was freed\n", rank_);
 }
 
 uint64_t FabricTransport::tag(int sender, uint32_t counter) const {
@@ -205,11 +244,12 @@ void FabricTransport::post(int peer, bool isSend, char* base, size_t bytes,
     pending_.push_back({{}, peer, isSend, piece, buffered, copy});
     Request& request = pending_.back();
     (buffered ? buffered_ : waitedFor_) += 1;
+    void* descriptor = descriptorFor(base + offset, piece);
     for (;;) {
       ssize_t result =
-          isSend ? fi_tsend(endpoint_, base + offset, piece, nullptr, addresses_[peer],
+          isSend ? fi_tsend(endpoint_, base + offset, piece, descriptor, addresses_[peer],
                             tag(rank_, sent_[peer]), &request.context)
-                 : fi_trecv(endpoint_, base + offset, piece, nullptr, FI_ADDR_UNSPEC,
+                 : fi_trecv(endpoint_, base + offset, piece, descriptor, FI_ADDR_UNSPEC,
                             tag(peer, received_[peer]), 0, &request.context);
       if (result == 0) break;
       if (result != -FI_EAGAIN)

@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -58,6 +59,8 @@ class FabricTransport {
 
   // "tcp;ofi_rxm on lo (libfabric 1.17, /usr/lib/.../libfabric.so.1)"
   std::string describe() const;
+  // Prints a line for each memory region registered (MOJOCCL_IB_TRACE).
+  void traceRegistrations(bool on) { traceRegistrations_ = on; }
 
  private:
   struct Request {
@@ -80,6 +83,11 @@ class FabricTransport {
   int oldestPeer() const;  // of the requests waited for
   void progressBufferedSends();
   uint64_t tag(int sender, uint32_t counter) const;
+  // The registration of the ncclMemAlloc region holding [data, data + bytes),
+  // made at its first use and kept until the region is freed; null for other
+  // memory, or where the provider registers nothing.
+  void* descriptorFor(const void* data, size_t bytes);
+  void forgetRegion(uint64_t id);
 
   const LibFabric& library_;
   int rank_;
@@ -108,6 +116,12 @@ class FabricTransport {
   bool stopping_ = false;
   std::string failure_;  // what stopped the progress thread
   std::thread progressThread_;
+
+  // ncclMemAlloc regions registered with the domain, by region id.
+  std::map<uint64_t, fid_mr*> registrations_;
+  uint64_t nextKey_ = 1;  // for providers that take the application's keys
+  uint64_t regionWatch_ = 0;
+  bool traceRegistrations_ = false;
 };
 
 }  // namespace mojoccl

@@ -43,7 +43,33 @@ std::map<uint64_t, Mapping>& peerMappings() {
   return mappings;
 }
 
+// Listeners of watchRegionFrees. Their own lock: a listener takes its
+// owner's lock, which may be held while describeBuffer() runs.
+struct Listeners {
+  std::mutex mutex;
+  std::map<uint64_t, RegionFreed> byHandle;
+  uint64_t nextHandle = 1;
+};
+
+Listeners& listeners() {
+  static Listeners all;
+  return all;
+}
+
 }  // namespace
+
+uint64_t watchRegionFrees(RegionFreed callback) {
+  Listeners& all = listeners();
+  std::lock_guard<std::mutex> lock(all.mutex);
+  all.byHandle[all.nextHandle] = std::move(callback);
+  return all.nextHandle++;
+}
+
+void unwatchRegionFrees(uint64_t handle) {
+  Listeners& all = listeners();
+  std::lock_guard<std::mutex> lock(all.mutex);
+  all.byHandle.erase(handle);
+}
 
 void* allocateSharedRegion(size_t bytes) {
   if (bytes == 0) fail(ncclInvalidArgument, "ncclMemAlloc of 0 bytes");
@@ -68,6 +94,12 @@ void* allocateSharedRegion(size_t bytes) {
 }
 
 void freeSharedRegion(void* pointer) {
+  uint64_t id = describeBuffer(pointer, 0).id;
+  if (id != 0) {
+    Listeners& all = listeners();
+    std::lock_guard<std::mutex> lock(all.mutex);
+    for (auto& listener : all.byHandle) listener.second(id);
+  }
   std::lock_guard<std::mutex> lock(registryMutex());
   auto found = ownRegions().find(reinterpret_cast<uintptr_t>(pointer));
   if (found == ownRegions().end())

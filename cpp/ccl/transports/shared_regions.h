@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 namespace mojoccl {
 
@@ -33,5 +34,11 @@ RegionDescriptor describeBuffer(const void* pointer, size_t bytes);
 
 // A peer's buffer, mapped into this process (mappings are cached per region).
 char* mapPeerBuffer(const RegionDescriptor& descriptor);
+
+// Caches of per-region state elsewhere (a network's memory registrations)
+// hear of a region's end just before it is unmapped.
+using RegionFreed = std::function<void(uint64_t id)>;
+uint64_t watchRegionFrees(RegionFreed callback);  // returns a handle for unwatch
+void unwatchRegionFrees(uint64_t handle);
 
 }  // namespace mojoccl
