@@ -35,6 +35,15 @@ def test_conformance_matrix_across_nodes(hosts):
         assert "checked" in result.stdout
 
 
+@pytest.mark.parametrize("hosts", [("a", "a", "b", "b"), ("a", "b", "c", "a")], ids=["2x2", "3 nodes"])
+def test_soak_random_collectives_across_nodes(hosts):
+    # The soak job of test_faults (1,500 random collectives on the world and
+    # on subgroups, half asynchronous, every result checked) across nodes.
+    results = run_worker("soak", 4, "1500", env=FABRIC, rank_env=on_nodes(*hosts), timeout=300)
+    for result in results:
+        assert ", 0 wrong" in result.stdout, result.stdout
+
+
 def test_conformance_matrix_over_libfabrics_shm_provider():
     run_worker("collectives", 2, "--quick", env={"MOJOCCL_FABRIC_PROVIDER": "shm"},
                rank_env=on_nodes("a", "b"), timeout=120)

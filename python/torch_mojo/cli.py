@@ -48,7 +48,8 @@ def info() -> dict:
         "accelerator_ccl": libraries.accelerator_ccl(),
         "collective_libraries": {device: lookup.to_dict()
                                  for device, lookup in libraries.collective_libraries().items()},
-        "libfabric": {**fabric.to_dict(), **fabric_details},
+        "libfabric": {**fabric.to_dict(), **fabric_details,
+                      "between_nodes": libraries.fabric_provider_choice(fabric_details.get("providers", []))},
         "cache_dir": cache_dir(),
         "environment": {
             "set": review.known, "unknown": review.unknown, "invalid": review.invalid,
@@ -74,6 +75,9 @@ def _print_info(report: dict) -> None:
     if fabric["path"]:
         print(f"libfabric {fabric['version']}: {fabric['path']}  ({fabric['source']})")
         print(f"  providers: {', '.join(fabric['providers']) or 'none available on this machine'}")
+        choice = fabric["between_nodes"]
+        print(f"  between nodes: {choice['provider']} ({choice['source']}): "
+              + ("offered" if choice["offered"] else "NOT offered here; set MOJOCCL_FABRIC_PROVIDER to one of the above"))
     else:
         print(f"libfabric: {fabric['source']}; searched {', '.join(fabric['searched'])}")
     print(f"cache dir: {report['cache_dir']}")

@@ -177,3 +177,13 @@ def libfabric_details(path: str) -> dict:
             entry = entry.contents.next
         library.fi_freeinfo(head)
     return {"version": f"{version >> 16}.{version & 0xFFFF}", "providers": providers}
+
+
+def fabric_provider_choice(providers: list[str]) -> dict:
+    """The provider a communicator spanning nodes would ask libfabric for,
+    and whether it is offered here ("tcp" is offered as "tcp;ofi_rxm")."""
+    chosen = os.environ.get("MOJOCCL_FABRIC_PROVIDER") or None
+    provider = chosen or "cxi"
+    offered = any(name == provider or name.startswith(provider + ";") for name in providers)
+    return {"provider": provider, "source": "MOJOCCL_FABRIC_PROVIDER" if chosen else "the default",
+            "offered": offered}

@@ -5,6 +5,7 @@ All ranks draw the same sequence from one seed; each rank skips the
 operations of groups it is not in. Usage: soak.py [operations]
 """
 
+import os
 import random
 import sys
 
@@ -31,11 +32,21 @@ def main():
     failures = []
     done = 0
 
+    # Across nodes (MOJOCCL_HOSTID), float32 reductions combine node by node:
+    # a few roundings from rank order (bfloat16 is rounded once, as on one node).
+    across_nodes = "MOJOCCL_HOSTID" in os.environ
+
+    def same(got, want):
+        if not (across_nodes and got.dtype == torch.float32 and got.numel()):
+            return torch.equal(got, want)
+        tolerance = world * torch.finfo(got.dtype).eps * max(1.0, want.abs().max().item())
+        return bool(((got - want).abs() <= tolerance).all())
+
     def drain():
         nonlocal done
         for work, got, want, what in pending:
             work.wait()
-            if not torch.equal(got, want):
+            if not same(got, want):
                 failures.append(what)
             done += 1
         pending.clear()
