@@ -205,10 +205,33 @@ NetworkGroup Comm::leaders(const Call& call) {
 namespace {
 constexpr size_t kVerdictBytes = 512;
 
-void copyText(char (&to)[kVerdictBytes], const std::string& text) {
-  std::snprintf(to, kVerdictBytes, "%s", text.c_str());
-}
+// What a node's leader tells the other leaders about a call.
+struct NodeReport {
+  CallSignature signature;
+  char problem[kVerdictBytes];  // the node's own disagreement, if any
+};
+
+void copyText(char* to, const std::string& text) { std::snprintf(to, kVerdictBytes, "%s", text.c_str()); }
 }  // namespace
+
+std::string Comm::nodeDisagreement(const Call& call) {
+  Step step(*shm_, rounds_, call);
+  step.publishAndAwait();
+  return step.disagreement();
+}
+
+// The first disagreement among the nodes' reports (`stride` bytes apart),
+// or "": every leader finds the same.
+std::string Comm::disagreementAcrossNodes(const char* reports, size_t stride) const {
+  const auto* first = reinterpret_cast<const NodeReport*>(reports);
+  for (size_t node = 0; node < nodes_.size(); ++node) {
+    const auto* report = reinterpret_cast<const NodeReport*>(reports + node * stride);
+    if (report->problem[0] != '\0') return report->problem;
+    if (!report->signature.sameCollective(first->signature))
+      return mismatchText(nodes_[node][0], report->signature, nodes_[0][0], first->signature);
+  }
+  return "";
+}
 
 // Before any data moves, every rank learns whether all ranks issued the same
 // collective: each node compares its ranks' calls, the leaders compare the
@@ -216,17 +239,9 @@ void copyText(char (&to)[kVerdictBytes], const std::string& text) {
 // raises the same MismatchError on every rank, and the communicator stays
 // usable, as within one node.
 void Comm::agreeAcrossNodes(const Call& call) {
-  struct NodeReport {
-    CallSignature signature;
-    char problem[kVerdictBytes];  // the node's own disagreement, if any
-  };
   NodeReport mine{};
   mine.signature = CallSignature::of(call);
-  {
-    Step step(*shm_, rounds_, call);
-    step.publishAndAwait();
-    copyText(mine.problem, step.disagreement());
-  }
+  copyText(mine.problem, nodeDisagreement(call));
   char verdict[kVerdictBytes] = {};
   if (isLeader()) {
     std::vector<NodeReport> reports(nodes_.size());
@@ -234,18 +249,69 @@ void Comm::agreeAcrossNodes(const Call& call) {
     std::vector<char*> blocks;
     for (auto& report : reports) blocks.push_back(reinterpret_cast<char*>(&report));
     networkAllGather(leaders(call), blocks, std::vector<size_t>(reports.size(), sizeof(NodeReport)));
-    std::string problem;
-    for (size_t node = 0; node < reports.size() && problem.empty(); ++node) {
-      if (reports[node].problem[0] != '\0')
-        problem = reports[node].problem;
-      else if (!reports[node].signature.sameCollective(reports[0].signature))
-        problem = mismatchText(nodes_[node][0], reports[node].signature, nodes_[0][0], reports[0].signature);
-    }
-    copyText(verdict, problem);
+    copyText(verdict, disagreementAcrossNodes(reinterpret_cast<const char*>(reports.data()), sizeof(NodeReport)));
   }
   localBroadcast({CallKind::Broadcast, verdict, verdict, kVerdictBytes, ncclInt8, ncclSum, leader(),
                   call.sequence});
   if (verdict[0] != '\0') throw MismatchError(verdict);
+}
+
+// A small all-reduce takes one exchange between nodes: each leader sends its
+// node's report together with the node's partial result, and every leader
+// combines all partials in node order (so all get the same bits). The
+// leader hands its node the verdict and the result in one broadcast.
+void Comm::smallAllReduceAcrossNodes(const Call& call) {
+  // Half types are summed in float32 and rounded once, at the end.
+  auto working = [](ncclDataType_t type) {
+    return type == ncclFloat16 || type == ncclBfloat16 ? ncclFloat32 : type;
+  };
+  const ncclDataType_t type = working(call.datatype);
+  const bool half = type != call.datatype;
+  const size_t bytes = call.count * datatypeSize(type);
+  std::vector<NodeReport> reports(nodes_.size());
+  std::vector<std::vector<char>> partials(nodes_.size());
+  NodeReport& mine = reports[node_];
+  mine.signature = CallSignature::of(call);
+  copyText(mine.problem, nodeDisagreement(call));
+  std::vector<char>& partial = partials[node_];
+  partial.resize(bytes);
+  if (mine.problem[0] == '\0') {
+    Call toLeader = call;
+    toLeader.kind = CallKind::Reduce;
+    toLeader.datatype = type;
+    toLeader.op = call.op == ncclAvg ? ncclSum : call.op;
+    toLeader.root = leader();
+    if (half) {
+      convert(partial.data(), ncclFloat32, call.send, call.datatype, call.count);
+      toLeader.send = partial.data();
+    }
+    toLeader.recv = partial.data();
+    localReduce(toLeader);
+  }
+  char* handBack = scratch(kVerdictBytes + bytes);  // the verdict, then the result
+  if (isLeader()) {
+    std::vector<char*> headers;
+    for (auto& report : reports) headers.push_back(reinterpret_cast<char*>(&report));
+    networkAllGatherWithHeaders(leaders(call), headers, sizeof(NodeReport), partials, [&](const char* header) {
+      const auto& signature = reinterpret_cast<const NodeReport*>(header)->signature;
+      return signature.count * datatypeSize(working(static_cast<ncclDataType_t>(signature.datatype)));
+    });
+    copyText(handBack, disagreementAcrossNodes(reinterpret_cast<const char*>(reports.data()), sizeof(NodeReport)));
+    // AVG: the partial sums, summed and divided once by the rank count.
+    if (handBack[0] == '\0') {
+      std::vector<const void*> sources;
+      for (const auto& each : partials) sources.push_back(each.data());
+      mojoccl::reduce(handBack + kVerdictBytes, sources.data(), static_cast<int>(sources.size()), call.count,
+                      type, call.op, size_);
+    }
+  }
+  localBroadcast({CallKind::Broadcast, handBack, handBack, kVerdictBytes + bytes, ncclInt8, ncclSum,
+                  leader(), call.sequence});
+  if (handBack[0] != '\0') throw MismatchError(handBack);
+  if (half)
+    convert(call.recv, call.datatype, handBack + kVerdictBytes, ncclFloat32, call.count);
+  else
+    std::memcpy(call.recv, handBack + kVerdictBytes, bytes);
 }
 
 void Comm::allReduceAcrossNodes(const Call& call, void* result) {
@@ -347,19 +413,20 @@ void Comm::reduceAcrossNodes(const Call& call) {
 // -------------------------------------------------------------- the calls
 
 void Comm::collective(const Call& call, void (Comm::*withinNode)(const Call&),
-                      void (Comm::*acrossNodes)(const Call&)) {
+                      void (Comm::*acrossNodes)(const Call&), bool agreesItself) {
   validate(call);
   run(call.describe() + " (call #" + std::to_string(call.sequence) + ")", [&] {
     if (!spansNodes()) return (this->*withinNode)(call);
-    agreeAcrossNodes(call);
+    if (!agreesItself) agreeAcrossNodes(call);
     (this->*acrossNodes)(call);
   });
 }
 
 void Comm::allReduce(const void* send, void* recv, size_t count, ncclDataType_t datatype,
                      ncclRedOp_t op) {
+  const bool small = count * datatypeSize(datatype) <= kOneShotMaxBytes;
   collective({CallKind::AllReduce, send, recv, count, datatype, op, 0, ++calls_}, &Comm::localAllReduce,
-             &Comm::allReduceAcrossNodesInPlace);
+             small ? &Comm::smallAllReduceAcrossNodes : &Comm::allReduceAcrossNodesInPlace, small);
 }
 
 void Comm::broadcast(const void* send, void* recv, size_t count, ncclDataType_t datatype, int root) {

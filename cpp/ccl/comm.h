@@ -92,6 +92,9 @@ class Comm {
   bool isLeader() const { return leader() == rank_; }
   NetworkGroup leaders(const Call& call);
   void agreeAcrossNodes(const Call& call);
+  std::string nodeDisagreement(const Call& call);
+  std::string disagreementAcrossNodes(const char* reports, size_t stride) const;
+  void smallAllReduceAcrossNodes(const Call& call);
   // The all-reduce of `call` with its result in `result` on every rank.
   void allReduceAcrossNodes(const Call& call, void* result);
   void allReduceAcrossNodesInPlace(const Call& call) { allReduceAcrossNodes(call, call.recv); }
@@ -100,9 +103,9 @@ class Comm {
   void reduceScatterAcrossNodes(const Call& call);
   void reduceAcrossNodes(const Call& call);
   // Checks `call`, then runs it within the node, or across nodes once every
-  // rank agrees on it.
+  // rank agrees on it (`agreesItself`: `acrossNodes` finds that out itself).
   void collective(const Call& call, void (Comm::*withinNode)(const Call&),
-                  void (Comm::*acrossNodes)(const Call&));
+                  void (Comm::*acrossNodes)(const Call&), bool agreesItself = false);
   char* scratch(size_t bytes);
 
   int rank_;

@@ -57,4 +57,25 @@ void networkAllGather(const NetworkGroup& group, const std::vector<char*>& block
   group.fabric.waitAll(group.what);
 }
 
+void networkAllGatherWithHeaders(const NetworkGroup& group, const std::vector<char*>& headers,
+                                 size_t headerBytes, std::vector<std::vector<char>>& payloads,
+                                 const std::function<size_t(const char* header)>& payloadBytes) {
+  const std::vector<char>& ours = payloads[group.self];
+  for (int member = 0; member < group.size(); ++member) {
+    if (member == group.self) continue;
+    // Buffered: a large payload completes only once its receiver, who
+    // waits for our header first, has posted the receive.
+    group.fabric.postBufferedSend(group.ranks[member], headers[group.self], headerBytes);
+    group.fabric.postBufferedSend(group.ranks[member], ours.data(), ours.size());
+    group.fabric.postRecv(group.ranks[member], headers[member], headerBytes);
+  }
+  group.fabric.waitAll(group.what);  // every header: now the payloads' sizes are known
+  for (int member = 0; member < group.size(); ++member) {
+    if (member == group.self) continue;
+    payloads[member].resize(payloadBytes(headers[member]));
+    group.fabric.postRecv(group.ranks[member], payloads[member].data(), payloads[member].size());
+  }
+  group.fabric.waitAll(group.what);
+}
+
 }  // namespace mojoccl

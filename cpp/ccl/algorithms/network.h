@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -32,5 +33,14 @@ void networkBroadcast(const NetworkGroup& group, void* data, size_t bytes, int r
 // member i's block; ours is read, the others are written.
 void networkAllGather(const NetworkGroup& group, const std::vector<char*>& blocks,
                       const std::vector<size_t>& blockBytes);
+
+// Every member sends every other its header (`headerBytes`) and a payload;
+// headers[i] and payloads[i] receive member i's. A payload is received at
+// the size its header announces (`payloadBytes`), so one of another size
+// than ours (ranks that disagree) still arrives whole. Ours are read from
+// headers[self] and payloads[self], `payloadBytes(ours)` long.
+void networkAllGatherWithHeaders(const NetworkGroup& group, const std::vector<char*>& headers,
+                                 size_t headerBytes, std::vector<std::vector<char>>& payloads,
+                                 const std::function<size_t(const char* header)>& payloadBytes);
 
 }  // namespace mojoccl
