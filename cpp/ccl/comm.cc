@@ -205,6 +205,12 @@ NetworkGroup Comm::leaders(const Call& call) {
 namespace {
 constexpr size_t kVerdictBytes = 512;
 
+// Half types cross nodes in float32 and are rounded once, at the end, as on
+// one node: the result does not depend on how ranks are placed.
+ncclDataType_t acrossNodesType(ncclDataType_t type) {
+  return type == ncclFloat16 || type == ncclBfloat16 ? ncclFloat32 : type;
+}
+
 // What a node's leader tells the other leaders about a call.
 struct NodeReport {
   CallSignature signature;
@@ -261,11 +267,7 @@ void Comm::agreeAcrossNodes(const Call& call) {
 // combines all partials in node order (so all get the same bits). The
 // leader hands its node the verdict and the result in one broadcast.
 void Comm::smallAllReduceAcrossNodes(const Call& call) {
-  // Half types are summed in float32 and rounded once, at the end.
-  auto working = [](ncclDataType_t type) {
-    return type == ncclFloat16 || type == ncclBfloat16 ? ncclFloat32 : type;
-  };
-  const ncclDataType_t type = working(call.datatype);
+  const ncclDataType_t type = acrossNodesType(call.datatype);
   const bool half = type != call.datatype;
   const size_t bytes = call.count * datatypeSize(type);
   std::vector<NodeReport> reports(nodes_.size());
@@ -294,7 +296,7 @@ void Comm::smallAllReduceAcrossNodes(const Call& call) {
     for (auto& report : reports) headers.push_back(reinterpret_cast<char*>(&report));
     networkAllGatherWithHeaders(leaders(call), headers, sizeof(NodeReport), partials, [&](const char* header) {
       const auto& signature = reinterpret_cast<const NodeReport*>(header)->signature;
-      return signature.count * datatypeSize(working(static_cast<ncclDataType_t>(signature.datatype)));
+      return signature.count * datatypeSize(acrossNodesType(static_cast<ncclDataType_t>(signature.datatype)));
     });
     copyText(handBack, disagreementAcrossNodes(reinterpret_cast<const char*>(reports.data()), sizeof(NodeReport)));
     // AVG: the partial sums, summed and divided once by the rank count.
@@ -315,9 +317,7 @@ void Comm::smallAllReduceAcrossNodes(const Call& call) {
 }
 
 void Comm::allReduceAcrossNodes(const Call& call, void* result) {
-  if (call.datatype == ncclFloat16 || call.datatype == ncclBfloat16) {
-    // Half types cross nodes in float32 and are rounded once, at the end,
-    // as on one node: the result does not depend on how ranks are placed.
+  if (acrossNodesType(call.datatype) != call.datatype) {
     if (wide_.size() < call.count) wide_.resize(call.count);
     convert(wide_.data(), ncclFloat32, call.send, call.datatype, call.count);
     Call wide = call;

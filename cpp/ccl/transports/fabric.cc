@@ -235,8 +235,8 @@ void FabricTransport::post(int peer, bool isSend, char* base, size_t bytes,
                            const std::shared_ptr<std::vector<char>>& copy) {
   const bool buffered = copy != nullptr;
   if (!failure_.empty()) fail(ncclRemoteError, failure_);
-  const std::string what = std::string(isSend ? "a send to" : "a receive from") + " rank " +
-                           std::to_string(peer);
+  // Named only when something goes wrong: posting is on every message's path.
+  auto what = [&] { return std::string(isSend ? "a send to" : "a receive from") + " rank " + std::to_string(peer); };
   size_t offset = 0;
   const auto start = std::chrono::steady_clock::now();
   do {
@@ -253,11 +253,11 @@ void FabricTransport::post(int peer, bool isSend, char* base, size_t bytes,
                             tag(peer, received_[peer]), 0, &request.context);
       if (result == 0) break;
       if (result != -FI_EAGAIN)
-        fail(ncclSystemError, "posting " + what + " failed: " + library_.strerror(static_cast<int>(-result)));
-      progress(what);  // the queue is full: completions make room
+        fail(ncclSystemError, "posting " + what() + " failed: " + library_.strerror(static_cast<int>(-result)));
+      progress(what());  // the queue is full: completions make room
       if (aborted_.load()) fail(ncclInvalidUsage, "the communicator was aborted");
       if (std::chrono::steady_clock::now() - start > std::chrono::seconds(timeoutSeconds_))
-        failTimedOut(what, peer);
+        failTimedOut(what(), peer);
     }
     ++(isSend ? sent_ : received_)[peer];
     offset += piece;
