@@ -208,6 +208,6 @@ def test_vendor_is_read_from_device_files_first(monkeypatch, tmp_path):
     from torch_mojo import distributed
 
     monkeypatch.setattr(distributed, "_DEVICE_FILES", {"amd": [str(tmp_path / "kfd")], "nvidia": [str(tmp_path)]})
-    assert distributed._gpu_vendor() == "nvidia"
+    assert distributed.gpu_vendor() == "nvidia"
     (tmp_path / "kfd").touch()
-    assert distributed._gpu_vendor() == "amd"
+    assert distributed.gpu_vendor() == "amd"

@@ -9,7 +9,10 @@
 
 #include <ATen/Functions.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/ScalarType.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 
 #include <torch/csrc/distributed/c10d/logger.hpp>
@@ -84,36 +87,6 @@ ncclRedOp_t ncclRedOpOf(const c10d::ReduceOp& reduceOp, const at::Tensor& tensor
   }
 }
 
-void checkTensor(const at::Tensor& tensor) {
-  TORCH_CHECK_VALUE(tensor.device().is_cpu(),
-                    "the mojo distributed backend handles mojo and cpu tensors; got a tensor on ",
-                    tensor.device(), " (move it to torch.accelerator.current_accelerator() or "
-                    "to the CPU with .cpu())");
-  TORCH_CHECK_VALUE(tensor.layout() == at::kStrided, "the mojo backend takes dense tensors; got a ",
-                    tensor.layout(), " tensor");
-  ncclDatatypeOf(tensor);
-}
-
-const at::Tensor& onlyTensor(const std::vector<at::Tensor>& tensors, const char* call) {
-  TORCH_CHECK_VALUE(tensors.size() == 1, call, " with the mojo backend takes one tensor per call, got ",
-                    tensors.size());
-  checkTensor(tensors[0]);
-  return tensors[0];
-}
-
-void checkLike(const at::Tensor& tensor, const at::Tensor& reference, const char* what) {
-  checkTensor(tensor);
-  TORCH_CHECK_TYPE(tensor.scalar_type() == reference.scalar_type(), what, " has dtype ",
-                   dtypeName(tensor), " but the input has ", dtypeName(reference));
-}
-
-void checkSameSize(const at::Tensor& tensor, const at::Tensor& reference, const char* what) {
-  checkLike(tensor, reference, what);
-  TORCH_CHECK_VALUE(tensor.numel() == reference.numel(), what, " has ", tensor.numel(),
-                    " elements where ", reference.numel(), " are expected; the mojo backend ",
-                    "moves equal-sized tensors");
-}
-
 void checkRoot(int64_t root, int size, const char* call) {
   TORCH_CHECK_VALUE(root >= 0 && root < size, call, " root ", root,
                     " is not a rank of this group of ", size);
@@ -145,7 +118,7 @@ bool traceEnabled() {
 }
 
 // "[TRACE] collectives via <path> (<library> version <code>)", once per
-// library and process.
+// library and process: which file the guide's search order found.
 void traceLibrary(const CclLibrary& library) {
   static std::mutex mutex;
   static std::set<std::string> reported;
@@ -234,15 +207,30 @@ void usePoolForCpuTensors(bool enable) {
 
 WorkMojo::WorkMojo(int rank, c10d::OpType type, uint64_t sequence, std::string description,
                    const char* profilingTitle, const std::vector<at::Tensor>& inputs,
-                   std::vector<at::Tensor> outputs)
+                   std::vector<at::Tensor> outputs, std::optional<c10::Device> device)
     : Work(rank, type, profilingTitle, inputs),
       sequence_(sequence),
       description_(std::move(description)),
       outputs_(std::move(outputs)),
+      device_(device),
+      // A device future records events on the streams it completes on, so
+      // that its waiters order their streams after the collective (NCCL's).
       future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()))) {}
+          c10::ListType::create(c10::TensorType::get()),
+          device ? std::vector<c10::Device>{*device} : std::vector<c10::Device>{})) {
+  if (device_) end_ = std::make_unique<c10::Event>(device_->type());
+}
 
 bool WorkMojo::wait(std::chrono::milliseconds timeout) {
+  if (device_) {
+    TORCH_CHECK(timeout <= std::chrono::milliseconds(0), "work.wait(timeout=",
+                std::chrono::duration<double>(timeout).count(), " s) is not supported for ",
+                device_->str(), " collectives: wait() makes the current stream wait without "
+                "blocking the host; call it without a timeout (the process group's timeout "
+                "still applies)");
+    synchronize();
+    return true;
+  }
   if (timeout > std::chrono::milliseconds(0)) {
     std::unique_lock<std::mutex> lock(mutex_);
     bool done = cv_.wait_for(lock, timeout, [this] { return completed_; });
@@ -253,12 +241,41 @@ bool WorkMojo::wait(std::chrono::milliseconds timeout) {
   return Work::wait(std::chrono::milliseconds(0));  // rethrows the collective's error
 }
 
-void WorkMojo::complete(std::exception_ptr error) {
-  // The future first: whoever wait() releases may read it at once.
-  if (error)
-    future_->setError(error);
-  else
+void WorkMojo::synchronize() {
+  if (!device_) return;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [this] { return issued_ || completed_; });
+    if (exception_) std::rethrow_exception(exception_);
+  }
+  c10::impl::VirtualGuardImpl guard(device_->type());
+  end_->block(guard.getStream(*device_));
+}
+
+void WorkMojo::issued(std::exception_ptr error, const c10::Stream& stream) {
+  if (error) {
+    complete(error);
+    return;
+  }
+  {
+    // The future's event goes on the stream the collective runs on.
+    c10::StreamGuard onStream(stream);
     future_->markCompleted(c10::IValue(outputs_));
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  issued_ = true;
+  cv_.notify_all();
+}
+
+void WorkMojo::complete(std::exception_ptr error) {
+  // The future first: whoever wait() releases may read it at once. A device
+  // future completed when the collective was enqueued.
+  if (!future_->completed()) {
+    if (error)
+      future_->setError(error);
+    else
+      future_->markCompleted(c10::IValue(outputs_));
+  }
   finish(error);
 }
 
@@ -266,8 +283,9 @@ void WorkMojo::complete(std::exception_ptr error) {
 
 ProcessGroupMojo::ProcessGroupMojo(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                    int size, std::chrono::milliseconds timeout,
-                                   std::vector<uint64_t> globalRanks)
+                                   std::vector<uint64_t> globalRanks, std::optional<AcceleratorSetup> accelerator)
     : Backend(rank, size),
+      accelerator_(std::move(accelerator)),
       timeout_(timeout),
       store_(store),
       globalRanks_(std::move(globalRanks)),
@@ -280,12 +298,32 @@ ProcessGroupMojo::ProcessGroupMojo(const c10::intrusive_ptr<c10d::Store>& store,
   TORCH_CHECK_VALUE(static_cast<int>(globalRanks_.size()) == size, "the group has ", size,
                     " ranks but ", globalRanks_.size(), " global ranks were given");
   try {
-    library_ = hostCollectiveLibrary();
+    host_ = std::make_unique<Communicator>(hostCollectiveLibrary());
   } catch (const std::exception& error) {
     TORCH_CHECK(false, error.what(), " (reinstall torch-mojo: its libmojoccl.so is missing or broken)");
   }
-  createCommunicator(store);
-  traceLibrary(*library_);
+  createCommunicator(*host_, *store, "torch_mojo_unique_id");
+  traceLibrary(host_->library());
+  if (accelerator_) {
+    // As ProcessGroupNCCL does with a bound device: the communicator is made
+    // now, on the current GPU, with a communication stream of its own.
+    const c10::Device device = accelerator_->device;
+    std::shared_ptr<CclLibrary> library;
+    try {
+      library = std::make_shared<CclLibrary>(accelerator_->libraryPath, accelerator_->libraryKind);
+    } catch (const std::exception& error) {
+      TORCH_CHECK(false, error.what(), " (it was found for ", device.str(),
+                  " tensors; set TORCH_MOJO_BACKEND_", accelerator_->libraryKind == "rccl" ? "RCCL" : "NCCL",
+                  "_LIB to a working library)");
+    }
+    c10::DeviceGuard onDevice(device);
+    c10::impl::VirtualGuardImpl guard(device.type());
+    c10::Stream stream = guard.getStreamFromGlobalPool(device, /*isHighPriority=*/false);
+    device_.reset(new DeviceChannel{device, stream,
+                                    std::make_unique<Communicator>(library, stream.native_handle())});
+    createCommunicator(*device_->comm, *store, "torch_mojo_device_unique_id");
+    traceLibrary(*library);
+  }
   worker_ = std::thread(&ProcessGroupMojo::workerLoop, this);
   if (watched_) Watchdog::get().add(this);
   init();
@@ -293,59 +331,101 @@ ProcessGroupMojo::ProcessGroupMojo(const c10::intrusive_ptr<c10d::Store>& store,
 
 ProcessGroupMojo::~ProcessGroupMojo() { shutdown(); }
 
-void ProcessGroupMojo::check(ncclResult_t result, const char* call) {
+std::exception_ptr ProcessGroupMojo::classify(std::exception_ptr error) {
   try {
-    library_->check(result, call, comm_);
-  } catch (const CclError& error) {
+    std::rethrow_exception(error);
+  } catch (const CclError& failure) {
     // Invalid usage (a mismatch, a bad argument) is the caller's to handle;
     // anything else means the ranks are no longer in step: the watchdog's.
-    if (error.code != ncclInvalidUsage && error.code != ncclInvalidArgument) {
+    if (failure.code != ncclInvalidUsage && failure.code != ncclInvalidArgument) {
       std::lock_guard<std::mutex> lock(mutex_);
-      fatalError_ = error.what();
+      fatalError_ = failure.what();
     }
-    C10_THROW_ERROR(DistBackendError, error.what());
+    return distBackendError(failure.what());
+  } catch (...) {
+    return error;
   }
 }
 
-void ProcessGroupMojo::createCommunicator(const c10::intrusive_ptr<c10d::Store>& store) {
+Communicator* ProcessGroupMojo::communicatorFor(const at::Tensor& tensor) const {
+  Communicator* comm = tensor.device().is_cpu() ? host_.get()
+                       : device_ && tensor.device() == device_->device ? device_->comm.get()
+                                                                       : nullptr;
+  TORCH_CHECK_VALUE(comm != nullptr,
+                    "the mojo distributed backend handles mojo and cpu tensors; got a tensor on ",
+                    tensor.device(), " (this process group takes cpu",
+                    device_ ? " and " + device_->device.str() : std::string(),
+                    " tensors: move it to torch.accelerator.current_accelerator() or to the CPU "
+                    "with .cpu())");
+  TORCH_CHECK_VALUE(tensor.layout() == at::kStrided, "the mojo backend takes dense tensors; got a ",
+                    tensor.layout(), " tensor");
+  ncclDatatypeOf(tensor);
+  return comm;
+}
+
+const at::Tensor& ProcessGroupMojo::onlyTensor(const std::vector<at::Tensor>& tensors,
+                                               const char* call) const {
+  TORCH_CHECK_VALUE(tensors.size() == 1, call, " with the mojo backend takes one tensor per call, got ",
+                    tensors.size());
+  checkTensor(tensors[0]);
+  return tensors[0];
+}
+
+void ProcessGroupMojo::checkLike(const at::Tensor& tensor, const at::Tensor& reference,
+                                 const char* what) const {
+  checkTensor(tensor);
+  TORCH_CHECK_VALUE(tensor.device() == reference.device(), what, " is on ", tensor.device(),
+                    " but the input is on ", reference.device(),
+                    "; the tensors of one call must all be on one device");
+  TORCH_CHECK_TYPE(tensor.scalar_type() == reference.scalar_type(), what, " has dtype ",
+                   dtypeName(tensor), " but the input has ", dtypeName(reference));
+}
+
+void ProcessGroupMojo::checkSameSize(const at::Tensor& tensor, const at::Tensor& reference,
+                                     const char* what) const {
+  checkLike(tensor, reference, what);
+  TORCH_CHECK_VALUE(tensor.numel() == reference.numel(), what, " has ", tensor.numel(),
+                    " elements where ", reference.numel(), " are expected; the mojo backend ",
+                    "moves equal-sized tensors");
+}
+
+void ProcessGroupMojo::createCommunicator(Communicator& comm, c10d::Store& store,
+                                          const std::string& key) {
   // As ProcessGroupNCCL does: rank 0 makes the unique id, the store carries
   // it to the others. The store is already prefixed for this group.
-  const std::string key = "torch_mojo_unique_id";
-  ncclUniqueId id{};
-  if (rank_ == 0) {
-    check(library_->api().getUniqueId(&id), "ncclGetUniqueId");
-    store->set(key, std::vector<uint8_t>(id.internal, id.internal + sizeof(id.internal)));
-  } else {
-    std::vector<uint8_t> bytes = store->get(key);
-    TORCH_CHECK(bytes.size() == sizeof(id.internal), "the unique id in the store has ",
-                bytes.size(), " bytes, expected ", sizeof(id.internal),
-                " (do all ranks run the same torch-mojo?)");
-    std::memcpy(id.internal, bytes.data(), bytes.size());
+  try {
+    ncclUniqueId id{};
+    if (rank_ == 0) {
+      id = comm.newUniqueId();
+      store.set(key, std::vector<uint8_t>(id.internal, id.internal + sizeof(id.internal)));
+    } else {
+      std::vector<uint8_t> bytes = store.get(key);
+      TORCH_CHECK(bytes.size() == sizeof(id.internal), "the unique id in the store has ",
+                  bytes.size(), " bytes, expected ", sizeof(id.internal),
+                  " (do all ranks run the same torch-mojo?)");
+      std::memcpy(id.internal, bytes.data(), bytes.size());
+    }
+    comm.init(id, size_, rank_);
+  } catch (const CclError& error) {
+    C10_THROW_ERROR(DistBackendError, error.what());
   }
-  check(library_->api().commInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
 }
 
 c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupMojo::getBackendOptions() {
   return c10::make_intrusive<Options>("mojo", timeout_.load());
 }
 
-void ProcessGroupMojo::inGroup(const std::function<void()>& calls) {
-  check(library_->api().groupStart(), "ncclGroupStart");
-  calls();
-  check(library_->api().groupEnd(), "ncclGroupEnd");
+namespace {
+
+void sendTensor(Communicator* comm, const at::Tensor& tensor, int peer) {
+  comm->send(tensor.data_ptr(), tensor.numel(), ncclDatatypeOf(tensor), peer);
 }
 
-void ProcessGroupMojo::sendTensor(const at::Tensor& tensor, int peer) {
-  check(library_->api().send(tensor.data_ptr(), tensor.numel(), ncclDatatypeOf(tensor), peer, comm_,
-                             nullptr),
-        "ncclSend");
+void recvTensor(Communicator* comm, const at::Tensor& tensor, int peer) {
+  comm->recv(tensor.data_ptr(), tensor.numel(), ncclDatatypeOf(tensor), peer);
 }
 
-void ProcessGroupMojo::recvTensor(const at::Tensor& tensor, int peer) {
-  check(library_->api().recv(tensor.data_ptr(), tensor.numel(), ncclDatatypeOf(tensor), peer, comm_,
-                             nullptr),
-        "ncclRecv");
-}
+}  // namespace
 
 // ------------------------------------------------------- jobs and threads
 
@@ -356,10 +436,20 @@ ProcessGroupMojo::Job ProcessGroupMojo::makeJob(OpType type, const char* profili
                                                 std::function<void()> issue,
                                                 std::function<void()> finish, int peer) {
   const uint64_t sequence = ++sequence_;
-  auto work = c10::make_intrusive<WorkMojo>(rank_, type, sequence,
-                                            c10::str("#", sequence, " (", description, ")"),
-                                            profilingName, inputs, outputs);
-  Job job{work, std::move(issue), std::move(finish), {}, std::make_shared<CompletionEvent>(), {}};
+  auto onDevice = [this](const at::Tensor& tensor) { return tensor.device() == device_->device; };
+  const bool deviceJob = device_ && (std::any_of(inputs.begin(), inputs.end(), onDevice) ||
+                                     std::any_of(outputs.begin(), outputs.end(), onDevice));
+  auto work = c10::make_intrusive<WorkMojo>(
+      rank_, type, sequence, c10::str("#", sequence, " (", description, ")"), profilingName, inputs,
+      outputs, deviceJob ? std::optional<c10::Device>(device_->device) : std::nullopt);
+  Job job{work, std::move(issue), std::move(finish), {}, std::make_shared<CompletionEvent>(), {}, {}};
+  if (deviceJob) {
+    // The job runs after what the caller's current stream holds now, its
+    // own preparation (contiguous copies, buffers) included.
+    c10::impl::VirtualGuardImpl guard(device_->device.type());
+    job.ready = std::make_shared<c10::Event>(device_->device.type());
+    job.ready->record(guard.getStream(device_->device));
+  }
   if (!watched_) return job;
   recordGroupRanks();
   // As the flight recorder's analyser expects: "nccl:send 0->1", "nccl:recv 1<-0".
@@ -374,7 +464,8 @@ ProcessGroupMojo::Job ProcessGroupMojo::makeJob(OpType type, const char* profili
   std::lock_guard<std::mutex> lock(mutex_);
   status_->lastEnqueuedSeq = static_cast<int64_t>(sequence);
   status_->lastEnqueuedWorkName = name;
-  history_.push_back(Trace{sequence, description, Clock::now(), Trace::State::Queued});
+  history_.push_back(Trace{sequence, description, Clock::now(), Trace::State::Queued,
+                           deviceJob ? device_->device.str() : "cpu"});
   if (history_.size() > 8) history_.pop_front();
   return job;
 }
@@ -430,12 +521,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::endCoalescing() {
     members.push_back(job.work);
     for (const auto& tensor : job.work->result()) outputs.push_back(tensor);
   }
+  Communicator* comm = outputs.empty() ? host_.get() : communicatorFor(outputs[0]);
+  for (const auto& tensor : outputs)
+    TORCH_CHECK_VALUE(communicatorFor(tensor) == comm, "a coalesced batch mixes ",
+                      outputs[0].device(), " and ", tensor.device(),
+                      " tensors; the tensors of one batch must all be on one device");
   // One library group: sends and receives of the batch progress together.
   Job batch = makeJob(
       OpType::COALESCED, "nccl:coalesced", c10::str("coalesced batch of ", jobs->size()), {},
       outputs,
-      [this, jobs] {
-        inGroup([&] {
+      [comm, jobs] {
+        comm->group([&] {
           for (auto& job : *jobs) job.issue();
         });
       },
@@ -469,21 +565,76 @@ ProcessGroupMojo::Trace* ProcessGroupMojo::traceOf(uint64_t sequence) {
   return nullptr;
 }
 
+void ProcessGroupMojo::issueOnDevice(Job& job) {
+  const c10::Stream& stream = device_->stream;
+  c10::DeviceGuard onDevice(device_->device);
+  c10::StreamGuard onStream(stream);  // the copies of `finish` go on it too
+  job.ready->block(stream);
+  runJob(job);
+  for (auto& member : job.members) member->end().record(stream);
+  job.work->end().record(stream);
+}
+
 void ProcessGroupMojo::execute(Job& job) {
   std::exception_ptr error;
   try {
-    runJob(job);
+    if (job.ready)
+      issueOnDevice(job);
+    else
+      runJob(job);
   } catch (...) {
+    error = classify(std::current_exception());
     std::lock_guard<std::mutex> lock(mutex_);
     // After an abort the library only knows "aborted"; say why.
-    error = aborted_ ? distBackendError(abortReason_) : std::current_exception();
+    if (aborted_) error = distBackendError(abortReason_);
   }
+  if (job.ready && !error) {
+    // Enqueued on the stream: the caller may go on; the job (and the
+    // tensors it holds) waits in flight until the stream passes its end.
+    for (auto& member : job.members) member->issued(nullptr, device_->stream);
+    job.work->issued(nullptr, device_->stream);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      running_ = false;
+      inFlight_.push_back(std::move(job));
+    }
+    workAvailable_.notify_one();
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    running_ = false;
+  }
+  retire(job, error);
+}
+
+void ProcessGroupMojo::pollDevice() {
+  while (true) {
+    Job job;
+    std::exception_ptr error;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (inFlight_.empty()) return;
+      // One stream: jobs end in the order they were enqueued.
+      if (!inFlight_.front().work->end().query()) {
+        const std::string failure = device_->comm->asyncError();
+        if (failure.empty()) return;
+        fatalError_ = c10::str(device_->comm->library().kind(), " reported an error: ", failure);
+        error = distBackendError(fatalError_);
+      }
+      job = std::move(inFlight_.front());
+      inFlight_.pop_front();
+    }
+    retire(job, error);
+  }
+}
+
+void ProcessGroupMojo::retire(Job& job, std::exception_ptr error) {
   job.done->done.store(true);
   flight_recorder::retire(job.recordId);
   bool queued;
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    running_ = false;
     const uint64_t sequence = job.work->getSequencenumber();
     Trace* trace = traceOf(sequence);
     if (trace != nullptr) trace->state = error ? Trace::State::Failed : Trace::State::Completed;
@@ -507,13 +658,25 @@ void ProcessGroupMojo::execute(Job& job) {
 }
 
 void ProcessGroupMojo::workerLoop() {
+  // How often device jobs in flight are checked for their end.
+  constexpr auto kDevicePoll = std::chrono::milliseconds(1);
   while (true) {
+    pollDevice();
     Job job;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       // One job at a time, whether it runs here or on a caller's thread.
-      workAvailable_.wait(lock, [this] { return !running_ && (stopping_ || !queue_.empty()); });
-      if (queue_.empty()) return;
+      auto runnable = [this] { return !running_ && !queue_.empty(); };
+      auto finished = [this] {
+        return stopping_ && !running_ && queue_.empty() && (inFlight_.empty() || aborted_);
+      };
+      auto wake = [&] { return runnable() || finished(); };
+      if (inFlight_.empty())
+        workAvailable_.wait(lock, wake);
+      else
+        workAvailable_.wait_for(lock, kDevicePoll, wake);
+      if (finished()) return;
+      if (!runnable()) continue;
       job = std::move(queue_.front());
       queue_.pop_front();
       startRunning(job);
@@ -524,10 +687,14 @@ void ProcessGroupMojo::workerLoop() {
 
 ProcessGroupMojo::Health ProcessGroupMojo::health() {
   std::lock_guard<std::mutex> lock(mutex_);
-  Health health{running_, running_ || !queue_.empty(), {},     {history_.begin(), history_.end()},
-                failure_, failed_,  timeout_.load()};
-  const uint64_t current = running_ ? runningSequence_
-                           : queue_.empty() ? 0 : queue_.front().work->getSequencenumber();
+  // A device job in flight was issued before the one running on the host.
+  const bool running = running_ || !inFlight_.empty();
+  Health health{running,  running || !queue_.empty(), {},     {history_.begin(), history_.end()},
+                failure_, failed_,                    timeout_.load()};
+  const uint64_t current = !inFlight_.empty() ? inFlight_.front().work->getSequencenumber()
+                           : running_         ? runningSequence_
+                           : queue_.empty()   ? 0
+                                              : queue_.front().work->getSequencenumber();
   if (Trace* trace = traceOf(current)) health.current = *trace;
   return health;
 }
@@ -575,11 +742,12 @@ void ProcessGroupMojo::recordGroupRanks() {
 void ProcessGroupMojo::abortCommunicator() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (comm_ == nullptr || aborted_) return;
+    if (!host_->initialised() || aborted_) return;
     aborted_ = true;
     abortReason_ = c10::str("[rank ", globalRank(), "] the communicator was aborted by the watchdog");
   }
-  library_->api().commAbort(comm_);
+  host_->abort();
+  if (device_) device_->comm->abort();
 }
 
 void ProcessGroupMojo::stopThreads() {
@@ -594,27 +762,28 @@ void ProcessGroupMojo::stopThreads() {
 void ProcessGroupMojo::abort() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (comm_ == nullptr) return;
+    if (!host_->initialised()) return;
     if (!aborted_) abortReason_ = c10::str("[rank ", rank_, "] the process group was aborted");
     aborted_ = true;
   }
-  library_->api().commAbort(comm_);
+  host_->abort();
+  if (device_) device_->comm->abort();
   stopThreads();
   if (watched_) Watchdog::get().remove(this);
-  comm_ = nullptr;
+  closeCommunicators();
 }
 
 void ProcessGroupMojo::shutdown() {
-  if (comm_ == nullptr) return;
-  stopThreads();  // lets queued collectives finish first
+  if (!host_ || !host_->initialised()) return;
+  stopThreads();  // lets queued collectives (and those on the device) finish first
   if (watched_) Watchdog::get().remove(this);
-  bool aborted;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    aborted = aborted_;
-  }
-  if (!aborted) library_->api().commDestroy(comm_);
-  comm_ = nullptr;
+  closeCommunicators();
+}
+
+void ProcessGroupMojo::closeCommunicators() {
+  // An aborted communicator is only forgotten (Communicator::destroy).
+  host_->destroy();
+  if (device_) device_->comm->destroy();
 }
 
 c10::intrusive_ptr<c10d::Backend> ProcessGroupMojo::split(
@@ -626,7 +795,8 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupMojo::split(
   std::vector<uint64_t> members;
   for (int rank : ranks) members.push_back(globalRanks_[rank]);
   return c10::make_intrusive<ProcessGroupMojo>(store, static_cast<int>(found - ranks.begin()),
-                                               static_cast<int>(ranks.size()), timeout, members);
+                                               static_cast<int>(ranks.size()), timeout, members,
+                                               accelerator_);
 }
 
 // ------------------------------------------------------------ reductions
@@ -639,10 +809,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::allreduce(std::vector<at::Tenso
   return enqueue(
       OpType::ALLREDUCE, "nccl:all_reduce",
       describe("all_reduce", tensor, reduceOpName(opts.reduceOp.op_)), tensors, tensors,
-      [this, buffer, op] {
-        check(library_->api().allReduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(),
-                                        ncclDatatypeOf(buffer), op, comm_, nullptr),
-              "ncclAllReduce");
+      [comm = communicatorFor(buffer), buffer, op] {
+        comm->allReduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), ncclDatatypeOf(buffer),
+                        op);
       },
       [tensor, buffer] { copyBack(tensor, buffer); }, !opts.asyncOp);
 }
@@ -659,10 +828,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::allreduce_coalesced(
   return enqueue(
       OpType::ALLREDUCE_COALESCED, "nccl:allreduce_coalesced",
       describe("allreduce_coalesced", buffer, reduceOpName(opts.reduceOp.op_)), tensors, tensors,
-      [this, buffer, op] {
-        check(library_->api().allReduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(),
-                                        ncclDatatypeOf(buffer), op, comm_, nullptr),
-              "ncclAllReduce");
+      [comm = communicatorFor(buffer), buffer, op] {
+        comm->allReduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), ncclDatatypeOf(buffer),
+                        op);
       },
       [tensors, buffer] {
         int64_t offset = 0;
@@ -686,10 +854,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::reduce(std::vector<at::Tensor>&
       OpType::REDUCE, "nccl:reduce",
       describe("reduce", tensor, c10::str(reduceOpName(opts.reduceOp.op_), " root ", root).c_str()),
       tensors, tensors,
-      [this, buffer, op, root] {
-        check(library_->api().reduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(),
-                                     ncclDatatypeOf(buffer), op, root, comm_, nullptr),
-              "ncclReduce");
+      [comm = communicatorFor(buffer), buffer, op, root] {
+        comm->reduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), ncclDatatypeOf(buffer), op,
+                     root);
       },
       [tensor, buffer] { copyBack(tensor, buffer); }, !opts.asyncOp);
 }
@@ -730,12 +897,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::reduce_scatter_tensor_coalesced
       inputs.size() == 1 ? OpType::_REDUCE_SCATTER_BASE : OpType::REDUCE_SCATTER_TENSOR_COALESCED,
       inputs.size() == 1 ? "nccl:_reduce_scatter_base" : "nccl:reduce_scatter_tensor_coalesced",
       description, inputs, outputs,
-      [this, sources, buffers, op] {
+      [comm = communicatorFor(buffers[0]), sources, buffers, op] {
         for (size_t i = 0; i < sources.size(); ++i)
-          check(library_->api().reduceScatter(sources[i].data_ptr(), buffers[i].data_ptr(),
-                                              buffers[i].numel(), ncclDatatypeOf(buffers[i]), op,
-                                              comm_, nullptr),
-                "ncclReduceScatter");
+          comm->reduceScatter(sources[i].data_ptr(), buffers[i].data_ptr(), buffers[i].numel(),
+                              ncclDatatypeOf(buffers[i]), op);
       },
       [outputs, buffers] {
         for (size_t i = 0; i < outputs.size(); ++i) copyBack(outputs[i], buffers[i]);
@@ -769,10 +934,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::broadcast(std::vector<at::Tenso
   return enqueue(
       OpType::BROADCAST, "nccl:broadcast",
       describe("broadcast", tensor, c10::str("root ", root).c_str()), tensors, tensors,
-      [this, buffer, root] {
-        check(library_->api().broadcast(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(),
-                                        ncclDatatypeOf(buffer), root, comm_, nullptr),
-              "ncclBroadcast");
+      [comm = communicatorFor(buffer), buffer, root] {
+        comm->broadcast(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), ncclDatatypeOf(buffer),
+                        root);
       },
       [tensor, buffer] { copyBack(tensor, buffer); }, !opts.asyncOp);
 }
@@ -811,12 +975,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::allgather_into_tensor_coalesced
       inputs.size() == 1 ? OpType::_ALLGATHER_BASE : OpType::COALESCED,
       inputs.size() == 1 ? "nccl:_all_gather_base" : "nccl:all_gather_into_tensor_coalesced",
       description, inputs, outputs,
-      [this, sources, buffers] {
+      [comm = communicatorFor(buffers[0]), sources, buffers] {
         for (size_t i = 0; i < sources.size(); ++i)
-          check(library_->api().allGather(sources[i].data_ptr(), buffers[i].data_ptr(),
-                                          sources[i].numel(), ncclDatatypeOf(sources[i]), comm_,
-                                          nullptr),
-                "ncclAllGather");
+          comm->allGather(sources[i].data_ptr(), buffers[i].data_ptr(), sources[i].numel(),
+                          ncclDatatypeOf(sources[i]));
       },
       [outputs, buffers] {
         for (size_t i = 0; i < outputs.size(); ++i) copyBack(outputs[i], buffers[i]);
@@ -854,12 +1016,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::allgather_coalesced(
       inputs.size() == 1 ? describe("all_gather", inputs[0])
                          : c10::str("allgather_coalesced ", inputs.size(), " tensors"),
       inputs, targets,
-      [this, sources, gathered] {
+      [comm = communicatorFor(gathered[0]), sources, gathered] {
         for (size_t i = 0; i < sources.size(); ++i)
-          check(library_->api().allGather(sources[i].data_ptr(), gathered[i].data_ptr(),
-                                          sources[i].numel(), ncclDatatypeOf(sources[i]), comm_,
-                                          nullptr),
-                "ncclAllGather");
+          comm->allGather(sources[i].data_ptr(), gathered[i].data_ptr(), sources[i].numel(),
+                          ncclDatatypeOf(sources[i]));
       },
       [targets, gathered, sources, size] {
         for (size_t i = 0; i < sources.size(); ++i) {
@@ -887,7 +1047,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::gather(
     TORCH_CHECK_VALUE(outputs.empty() || outputs[0].empty(),
                       "gather: only the root (rank ", root, ") passes a gather list");
     return enqueue(OpType::GATHER, "nccl:gather", describe("gather", input, c10::str("root ", root).c_str()),
-                   inputs, {}, [this, source, root] { sendTensor(source, root); });
+                   inputs, {}, [comm = communicatorFor(source), source, root] { sendTensor(comm, source, root); });
   }
   TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
                     "gather: the root needs a gather list of ", size_, " tensors (one per rank)");
@@ -899,10 +1059,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::gather(
   return enqueue(
       OpType::GATHER, "nccl:gather", describe("gather", input, c10::str("root ", root).c_str()),
       inputs, targets,
-      [this, buffers, root] {
-        inGroup([&] {
-          for (int peer = 0; peer < size_; ++peer)
-            if (peer != root) recvTensor(buffers[peer], peer);
+      [comm = communicatorFor(input), buffers, root] {
+        comm->group([&] {
+          for (size_t peer = 0; peer < buffers.size(); ++peer)
+            if (static_cast<int>(peer) != root) recvTensor(comm, buffers[peer], peer);
         });
       },
       [targets, buffers, source, root] {
@@ -923,7 +1083,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::scatter(
                       "scatter: only the root (rank ", root, ") passes a scatter list");
     return enqueue(
         OpType::SCATTER, "nccl:scatter", describe("scatter", output, c10::str("root ", root).c_str()),
-        {}, outputs, [this, buffer, root] { recvTensor(buffer, root); },
+        {}, outputs, [comm = communicatorFor(buffer), buffer, root] { recvTensor(comm, buffer, root); },
         [output, buffer] { copyBack(output, buffer); });
   }
   TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
@@ -936,10 +1096,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::scatter(
   return enqueue(
       OpType::SCATTER, "nccl:scatter", describe("scatter", output, c10::str("root ", root).c_str()),
       inputs[0], outputs,
-      [this, sources, root] {
-        inGroup([&] {
-          for (int peer = 0; peer < size_; ++peer)
-            if (peer != root) sendTensor(sources[peer], peer);
+      [comm = communicatorFor(output), sources, root] {
+        comm->group([&] {
+          for (size_t peer = 0; peer < sources.size(); ++peer)
+            if (static_cast<int>(peer) != root) sendTensor(comm, sources[peer], peer);
         });
       },
       [output, sources, root] {
@@ -988,12 +1148,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::alltoall_base(
   return enqueue(
       OpType::ALLTOALL_BASE, "nccl:all_to_all_single", describe("all_to_all_single", input),
       {input}, {output},
-      [this, sendParts, recvParts] {
-        inGroup([&] {
+      [this, comm = communicatorFor(input), sendParts, recvParts] {
+        comm->group([&] {
           for (int peer = 0; peer < size_; ++peer) {
             if (peer == rank_) continue;
-            sendTensor(sendParts[peer], peer);
-            recvTensor(recvParts[peer], peer);
+            sendTensor(comm, sendParts[peer], peer);
+            recvTensor(comm, recvParts[peer], peer);
           }
         });
       },
@@ -1021,12 +1181,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::alltoall(std::vector<at::Tensor
   return enqueue(
       OpType::ALLTOALL, "nccl:all_to_all", c10::str("all_to_all ", size_, " tensors"), inputs,
       outputs,
-      [this, sources, buffers] {
-        inGroup([&] {
+      [this, comm = communicatorFor(inputs[0]), sources, buffers] {
+        comm->group([&] {
           for (int peer = 0; peer < size_; ++peer) {
             if (peer == rank_) continue;
-            sendTensor(sources[peer], peer);
-            recvTensor(buffers[peer], peer);
+            sendTensor(comm, sources[peer], peer);
+            recvTensor(comm, buffers[peer], peer);
           }
         });
       },
@@ -1044,7 +1204,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::send(std::vector<at::Tensor>& t
   checkRoot(dstRank, size_, "send: destination");
   at::Tensor source = tensor.contiguous();
   return enqueue(OpType::SEND, "nccl:send", describe("send", tensor, c10::str("to ", dstRank).c_str()),
-                 tensors, {}, [this, source, dstRank] { sendTensor(source, dstRank); }, nullptr,
+                 tensors, {}, [comm = communicatorFor(source), source, dstRank] { sendTensor(comm, source, dstRank); },
+                 nullptr,
                  false, dstRank);
 }
 
@@ -1055,7 +1216,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::recv(std::vector<at::Tensor>& t
   at::Tensor buffer = writableBuffer(tensor);
   return enqueue(
       OpType::RECV, "nccl:recv", describe("recv", tensor, c10::str("from ", srcRank).c_str()), {},
-      tensors, [this, buffer, srcRank] { recvTensor(buffer, srcRank); },
+      tensors, [comm = communicatorFor(buffer), buffer, srcRank] { recvTensor(comm, buffer, srcRank); },
       [tensor, buffer] { copyBack(tensor, buffer); }, false, srcRank);
 }
 
@@ -1066,12 +1227,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::recvAnysource(std::vector<at::T
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::barrier(const c10d::BarrierOptions& opts) {
-  // As ProcessGroupNCCL does: an all-reduce of one element.
+  // As ProcessGroupNCCL does: an all-reduce of one element. On an
+  // accelerator, what the caller's stream holds ends first, as NCCL's
+  // barrier synchronizes the device.
+  if (device_) {
+    c10::impl::VirtualGuardImpl guard(device_->device.type());
+    guard.getStream(device_->device).synchronize();
+  }
   at::Tensor token = at::zeros({1}, at::TensorOptions().dtype(at::kByte));
   return enqueue(OpType::BARRIER, "nccl:barrier", "barrier", {}, {token}, [this, token] {
-    check(library_->api().allReduce(token.data_ptr(), token.data_ptr(), 1, ncclUint8, ncclSum,
-                                    comm_, nullptr),
-          "ncclAllReduce");
+    host_->allReduce(token.data_ptr(), token.data_ptr(), 1, ncclUint8, ncclSum);
   }, nullptr, !opts.asyncOp);
 }
 

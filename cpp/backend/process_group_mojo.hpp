@@ -1,10 +1,17 @@
 // ProcessGroupMojo: the c10d backend `mojo`.
 //
 // One per process group. It checks tensors on the caller's thread, turns
-// each torch.distributed call into a job of NCCL C API calls on the library
-// it loaded (libmojoccl for CPU tensors), and runs the jobs in issue order
-// on a worker thread of its own, so that async_op=True overlaps with the
-// caller's compute. Every job is in the flight recorder and in a short
+// each torch.distributed call into a job of NCCL C API calls on one of its
+// communicators (libmojoccl for CPU tensors; NCCL, RCCL or libmojoccl for
+// the accelerator's), and runs the jobs in issue order on a worker thread of
+// its own, so that async_op=True overlaps with the caller's compute.
+//
+// Accelerator tensors follow NCCL's stream rules through c10's
+// device-generic stream and event API (no CUDA or HIP headers): a job
+// waits for the caller's current stream with an event, its calls run on
+// the group's communication stream, and its Work's future completes with
+// stream semantics once they are enqueued. The job, and so the tensors it
+// holds, stays until the stream passes its end event. Every job is in the flight recorder and in a short
 // history that the process's watchdog (watchdog.hpp) reads: a job that
 // outlives the group's timeout, or a fatal library error, ends the run with
 // a report instead of a hang.
@@ -22,14 +29,18 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "backend/ccl_library.h"
+#include "backend/communicator.h"
 #include "backend/flight_recorder.hpp"
 
 namespace c10d {
@@ -48,20 +59,40 @@ at::Tensor sharedTensor(int64_t numel, const at::TensorOptions& options);
 std::shared_ptr<c10::Allocator> sharedPoolAllocator();
 void usePoolForCpuTensors(bool enable);
 
+// The accelerator a group serves besides the CPU, and the library for its
+// tensors, found by torch_mojo.libraries in the user guide's order.
+struct AcceleratorSetup {
+  c10::Device device;
+  std::string libraryPath;
+  std::string libraryKind;  // "nccl", "rccl" or "mojoccl": names it in messages
+};
+
 class WorkMojo : public c10d::Work {
  public:
+  // `device`: the accelerator whose stream the collective runs on; none for
+  // CPU tensors, whose collectives end on the host.
   WorkMojo(int rank, c10d::OpType type, uint64_t sequence, std::string description,
            const char* profilingTitle, const std::vector<at::Tensor>& inputs,
-           std::vector<at::Tensor> outputs);
+           std::vector<at::Tensor> outputs, std::optional<c10::Device> device = std::nullopt);
 
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   std::vector<at::Tensor> result() override { return outputs_; }
   uint64_t getSequencenumber() const override { return sequence_; }
   // A finite timeout waits that long, then raises if the collective is
-  // still running (it keeps running).
+  // still running (it keeps running). On an accelerator: makes the current
+  // stream wait for the collective, without blocking the host.
   bool wait(std::chrono::milliseconds timeout) override;
+  // Device work: the current stream waits for the collective. (c10d's own
+  // wait() calls this with the Work's mutex held, for host work too.)
+  void synchronize() override;
 
   const std::string& description() const { return description_; }
+  bool onDevice() const { return device_.has_value(); }
+  // Device work: recorded on the communication stream after the calls.
+  c10::Event& end() { return *end_; }
+  // Device work, called once by the worker thread: the calls are enqueued
+  // on `stream` (or failed to be).
+  void issued(std::exception_ptr error, const c10::Stream& stream);
   // Called once by the worker thread when the job ends.
   void complete(std::exception_ptr error);
 
@@ -69,13 +100,17 @@ class WorkMojo : public c10d::Work {
   uint64_t sequence_;
   std::string description_;  // "#3 all_reduce 1024 x float32 sum"
   std::vector<at::Tensor> outputs_;
+  std::optional<c10::Device> device_;
+  std::unique_ptr<c10::Event> end_;
+  bool issued_ = false;  // guarded by Work's mutex_
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
 class ProcessGroupMojo : public c10d::Backend {
  public:
   ProcessGroupMojo(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                   std::chrono::milliseconds timeout, std::vector<uint64_t> globalRanks = {});
+                   std::chrono::milliseconds timeout, std::vector<uint64_t> globalRanks = {},
+                   std::optional<AcceleratorSetup> accelerator = std::nullopt);
   ~ProcessGroupMojo() override;
 
   const std::string getBackendName() const override { return "mojo"; }
@@ -152,9 +187,9 @@ class ProcessGroupMojo : public c10d::Backend {
   void abort() override;
   void shutdown() override;
 
-  // Which library serves this group, for `torch-mojo info` and tests.
-  const std::string& libraryPath() const { return library_->path(); }
-  int libraryVersion() const { return library_->version(); }
+  // Which library serves this group's CPU tensors, for tests.
+  const std::string& libraryPath() const { return host_->library().path(); }
+  int libraryVersion() const { return host_->library().version(); }
 
   // ---- what the watchdog (watchdog.cc) reads and does
   using Clock = std::chrono::steady_clock;
@@ -164,6 +199,7 @@ class ProcessGroupMojo : public c10d::Backend {
     std::string what;  // "all_reduce 1024 x float32 sum"
     Clock::time_point issued;
     State state = State::Queued;
+    std::string device = "cpu";  // where its tensors are: "cpu", "cuda:0", ...
   };
   struct Health {
     bool running;
@@ -185,7 +221,7 @@ class ProcessGroupMojo : public c10d::Backend {
   c10d::Store& store() { return *store_; }
   int globalRank() const { return static_cast<int>(globalRanks_[rank_]); }
   const std::vector<uint64_t>& globalRanks() const { return globalRanks_; }
-  // Ends the call in progress (the library returns within ~50 ms).
+  // Ends the calls in progress (libmojoccl returns within ~50 ms).
   void abortCommunicator();
   // The flight recorder's table of this group's ranks; its name and
   // description are known only once c10d has named the group.
@@ -199,6 +235,14 @@ class ProcessGroupMojo : public c10d::Backend {
     std::vector<c10::intrusive_ptr<WorkMojo>> members;  // a coalesced batch's own Works
     std::shared_ptr<CompletionEvent> done;              // what the flight recorder watches
     std::optional<size_t> recordId;
+    // Device jobs: the caller's stream reached the job (recorded at issue).
+    std::shared_ptr<c10::Event> ready;
+  };
+  // The accelerator's communicator and the stream its collectives run on.
+  struct DeviceChannel {
+    c10::Device device;
+    c10::Stream stream;
+    std::unique_ptr<Communicator> comm;
   };
 
   // `profilingName` is NCCL's name for the call ("nccl:all_reduce"): what
@@ -219,24 +263,35 @@ class ProcessGroupMojo : public c10d::Backend {
                                          bool synchronous = false, int peer = -1);
   void workerLoop();
   void startRunning(const Job& job);  // with mutex_ held
-  void execute(Job& job);             // runs the job, then completes its Works
+  void execute(Job& job);             // runs the job; completes it unless it is on a device
   void runJob(Job& job);
+  void issueOnDevice(Job& job);       // runJob on the communication stream
+  // Bookkeeping once a job has ended, then its Works complete.
+  void retire(Job& job, std::exception_ptr error);
+  // Retires the device jobs the stream has passed; notes a library error.
+  void pollDevice();
   Trace* traceOf(uint64_t sequence);  // with mutex_ held
-  void createCommunicator(const c10::intrusive_ptr<c10d::Store>& store);
+  void createCommunicator(Communicator& comm, c10d::Store& store, const std::string& key);
   void stopThreads();
-  void check(ncclResult_t result, const char* call);
-  // Wraps `calls` in ncclGroupStart/End, as sends and receives that must
-  // progress together need.
-  void inGroup(const std::function<void()>& calls);
-  void sendTensor(const at::Tensor& tensor, int peer);
-  void recvTensor(const at::Tensor& tensor, int peer);
+  void closeCommunicators();
+  // The error a failed job raises; a fatal library error is noted for the
+  // watchdog first.
+  std::exception_ptr classify(std::exception_ptr error);
 
+  // Tensor checks, on the caller's thread. The communicator for a tensor:
+  // the host's for CPU tensors, the device's for the group's accelerator.
+  Communicator* communicatorFor(const at::Tensor& tensor) const;
+  void checkTensor(const at::Tensor& tensor) const { communicatorFor(tensor); }
+  const at::Tensor& onlyTensor(const std::vector<at::Tensor>& tensors, const char* call) const;
+  void checkLike(const at::Tensor& tensor, const at::Tensor& reference, const char* what) const;
+  void checkSameSize(const at::Tensor& tensor, const at::Tensor& reference, const char* what) const;
   // Shared by the single and coalesced forms.
   void checkAllGatherInto(const at::Tensor& output, const at::Tensor& input) const;
   void checkReduceScatterFrom(const at::Tensor& output, const at::Tensor& input) const;
 
-  std::shared_ptr<CclLibrary> library_;
-  ncclComm_t comm_ = nullptr;
+  std::unique_ptr<Communicator> host_;
+  std::unique_ptr<DeviceChannel> device_;  // none without an accelerator
+  std::optional<AcceleratorSetup> accelerator_;  // what split() hands on
   c10::intrusive_ptr<c10d::Store> store_;
   std::vector<uint64_t> globalRanks_;
   size_t groupId_;
@@ -253,13 +308,14 @@ class ProcessGroupMojo : public c10d::Backend {
   std::mutex mutex_;  // guards the queue, the running job and the state below
   std::condition_variable workAvailable_;  // the worker waits for a job it may run
   std::deque<Job> queue_;
+  std::deque<Job> inFlight_;  // device jobs enqueued on the stream, oldest first
   bool stopping_ = false;
   bool aborted_ = false;
   std::string abortReason_;
   bool running_ = false;
   uint64_t runningSequence_ = 0;
   std::deque<Trace> history_;     // the last collectives issued
-  std::string fatalError_;        // set by check() on the running job's thread
+  std::string fatalError_;        // set by classify() on the running job's thread
   std::string failure_;           // a fatal error, until the watchdog reports it
   Trace failed_;
   std::condition_variable failureReported_;

@@ -211,7 +211,8 @@ void Watchdog::inspect(ProcessGroupMojo& group) {
   endTheRun(group,
             "Watchdog caught collective operation timeout: collective #" +
                 std::to_string(health.current.sequence) + " (" + health.current.what +
-                ") on cpu has not completed " + seconds(age) + " after it was issued (timeout " +
+                ") on " + health.current.device + " has not completed " + seconds(age) +
+                " after it was issued (timeout " +
                 seconds(timeout) + ", the timeout= of init_process_group).",
             health.current.sequence, "timed out");
 }
@@ -234,13 +235,18 @@ void Watchdog::endTheRun(ProcessGroupMojo& group, const std::string& headline, u
   group.markReported(sequence);
   auto health = group.health();
   say(me, headline);
-  say(me, "  last collectives issued on cpu, oldest first:");
+  // The group's device; collectives of its other device say where they ran.
+  std::string device = "cpu";
+  for (const auto& trace : health.recent)
+    if (trace.sequence == sequence) device = trace.device;
+  say(me, "  last collectives issued on " + device + ", oldest first:");
   for (const auto& trace : health.recent) {
     std::string state = trace.state == ProcessGroupMojo::Trace::State::Completed ? "completed"
                         : trace.state == ProcessGroupMojo::Trace::State::Failed  ? "failed"
                         : trace.state == ProcessGroupMojo::Trace::State::Queued  ? "queued"
                                                                                  : "pending for " + seconds(secondsSince(trace.issued));
-    say(me, "    #" + std::to_string(trace.sequence) + " " + trace.what + "  " + state +
+    say(me, "    #" + std::to_string(trace.sequence) + " " + trace.what +
+                (trace.device != device ? " on " + trace.device : "") + "  " + state +
                 (trace.sequence == sequence ? "  <-- " + outcome : ""));
   }
   std::fflush(stderr);

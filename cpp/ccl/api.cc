@@ -9,6 +9,8 @@
 
 #include "bootstrap.h"
 #include "comm.h"
+#include "datatypes.h"
+#include "device_staging.h"
 #include "error.h"
 #include "mojoccl/nccl.h"
 #include "transports/shared_regions.h"
@@ -16,6 +18,8 @@
 #define MOJOCCL_API extern "C" __attribute__((visibility("default")))
 
 using mojoccl::Comm;
+using mojoccl::datatypeSize;
+using mojoccl::DeviceStaging;
 using mojoccl::Error;
 
 struct ncclComm {
@@ -34,6 +38,7 @@ struct QueuedCall {
   ncclComm_t comm;
   std::function<void(Comm&)> collective;  // empty for a send or receive
   Comm::PointToPoint transfer;
+  ncclStream_t stream = nullptr;  // a transfer's: set for device memory
 };
 thread_local int groupDepth = 0;
 thread_local std::vector<QueuedCall> groupCalls;
@@ -74,10 +79,19 @@ void runQueued(const std::vector<QueuedCall>& calls) {
       continue;
     }
     std::vector<Comm::PointToPoint> batch;
+    std::vector<std::unique_ptr<DeviceStaging>> staging;
     size_t j = i;
-    for (; j < calls.size() && !calls[j].collective && calls[j].comm == calls[i].comm; ++j)
-      batch.push_back(calls[j].transfer);
+    for (; j < calls.size() && !calls[j].collective && calls[j].comm == calls[i].comm; ++j) {
+      Comm::PointToPoint transfer = calls[j].transfer;
+      staging.push_back(std::make_unique<DeviceStaging>(calls[j].stream));
+      const size_t bytes = transfer.count * datatypeSize(transfer.datatype);
+      transfer.buffer = transfer.isSend
+                            ? const_cast<void*>(staging.back()->input(transfer.buffer, bytes))
+                            : staging.back()->output(transfer.buffer, bytes);
+      batch.push_back(transfer);
+    }
     calls[i].comm->impl.transfer(batch);
+    for (auto& each : staging) each->finish();
     i = j;
   }
 }
@@ -95,12 +109,19 @@ ncclResult_t enqueue(ncclComm_t comm, QueuedCall call) {
   return guarded([&] { runQueued({call}); });
 }
 
-ncclResult_t collective(ncclComm_t comm, std::function<void(Comm&)> body) {
-  return enqueue(comm, QueuedCall{nullptr, std::move(body), {}});
+// `body` runs on host views of the call's buffers (the buffers themselves
+// for host memory, a NULL stream).
+ncclResult_t collective(ncclComm_t comm, ncclStream_t stream,
+                        std::function<void(Comm&, DeviceStaging&)> body) {
+  return enqueue(comm, QueuedCall{nullptr, [stream, body](Comm& c) {
+                                    DeviceStaging staging(stream);
+                                    body(c, staging);
+                                    staging.finish();
+                                  }, {}});
 }
 
-ncclResult_t pointToPoint(ncclComm_t comm, Comm::PointToPoint transfer) {
-  return enqueue(comm, QueuedCall{nullptr, nullptr, transfer});
+ncclResult_t pointToPoint(ncclComm_t comm, ncclStream_t stream, Comm::PointToPoint transfer) {
+  return enqueue(comm, QueuedCall{nullptr, nullptr, transfer, stream});
 }
 
 }  // namespace
@@ -205,45 +226,63 @@ MOJOCCL_API ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* /*handl
 
 MOJOCCL_API ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                        ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
-                                       ncclStream_t /*stream: host memory, run now*/) {
-  return collective(comm, [=](Comm& c) { c.allReduce(sendbuff, recvbuff, count, datatype, op); });
+                                       ncclStream_t stream) {
+  return collective(comm, stream, [=](Comm& c, DeviceStaging& staged) {
+    const size_t bytes = count * datatypeSize(datatype);
+    c.allReduce(staged.input(sendbuff, bytes), staged.output(recvbuff, bytes), count, datatype, op);
+  });
 }
 
 MOJOCCL_API ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                                        ncclDataType_t datatype, int root, ncclComm_t comm,
-                                       ncclStream_t /*stream*/) {
-  return collective(comm, [=](Comm& c) { c.broadcast(sendbuff, recvbuff, count, datatype, root); });
+                                       ncclStream_t stream) {
+  return collective(comm, stream, [=](Comm& c, DeviceStaging& staged) {
+    const size_t bytes = count * datatypeSize(datatype);
+    // Only the root's sendbuff is read (others may pass anything).
+    const void* source = c.rank() == root ? staged.input(sendbuff, bytes) : sendbuff;
+    c.broadcast(source, staged.output(recvbuff, bytes), count, datatype, root);
+  });
 }
 
 MOJOCCL_API ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                                        ncclDataType_t datatype, ncclComm_t comm,
-                                       ncclStream_t /*stream*/) {
-  return collective(comm, [=](Comm& c) { c.allGather(sendbuff, recvbuff, sendcount, datatype); });
+                                       ncclStream_t stream) {
+  return collective(comm, stream, [=](Comm& c, DeviceStaging& staged) {
+    const size_t bytes = sendcount * datatypeSize(datatype);
+    c.allGather(staged.input(sendbuff, bytes), staged.output(recvbuff, bytes * c.size()), sendcount,
+                datatype);
+  });
 }
 
 MOJOCCL_API ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                            ncclDataType_t datatype, ncclRedOp_t op,
-                                           ncclComm_t comm, ncclStream_t /*stream*/) {
-  return collective(comm, [=](Comm& c) {
-    c.reduceScatter(sendbuff, recvbuff, recvcount, datatype, op);
+                                           ncclComm_t comm, ncclStream_t stream) {
+  return collective(comm, stream, [=](Comm& c, DeviceStaging& staged) {
+    const size_t bytes = recvcount * datatypeSize(datatype);
+    c.reduceScatter(staged.input(sendbuff, bytes * c.size()), staged.output(recvbuff, bytes),
+                    recvcount, datatype, op);
   });
 }
 
 MOJOCCL_API ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count,
                                     ncclDataType_t datatype, ncclRedOp_t op, int root,
-                                    ncclComm_t comm, ncclStream_t /*stream*/) {
-  return collective(comm,
-                    [=](Comm& c) { c.reduce(sendbuff, recvbuff, count, datatype, op, root); });
+                                    ncclComm_t comm, ncclStream_t stream) {
+  return collective(comm, stream, [=](Comm& c, DeviceStaging& staged) {
+    const size_t bytes = count * datatypeSize(datatype);
+    // Only the root's recvbuff is written: another rank's stays as it was.
+    void* target = c.rank() == root ? staged.output(recvbuff, bytes) : recvbuff;
+    c.reduce(staged.input(sendbuff, bytes), target, count, datatype, op, root);
+  });
 }
 
 MOJOCCL_API ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype,
-                                  int peer, ncclComm_t comm, ncclStream_t /*stream*/) {
-  return pointToPoint(comm, {true, peer, const_cast<void*>(sendbuff), count, datatype});
+                                  int peer, ncclComm_t comm, ncclStream_t stream) {
+  return pointToPoint(comm, stream, {true, peer, const_cast<void*>(sendbuff), count, datatype});
 }
 
 MOJOCCL_API ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
-                                  ncclComm_t comm, ncclStream_t /*stream*/) {
-  return pointToPoint(comm, {false, peer, recvbuff, count, datatype});
+                                  ncclComm_t comm, ncclStream_t stream) {
+  return pointToPoint(comm, stream, {false, peer, recvbuff, count, datatype});
 }
 
 MOJOCCL_API ncclResult_t ncclGroupStart(void) {

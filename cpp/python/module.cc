@@ -19,10 +19,19 @@ PYBIND11_MODULE(_C, module) {
 
   py::class_<ProcessGroupMojo, c10d::Backend, c10::intrusive_ptr<ProcessGroupMojo>>(
       module, "ProcessGroupMojo")
-      .def(py::init<const c10::intrusive_ptr<c10d::Store>&, int, int, std::chrono::milliseconds,
-                    std::vector<uint64_t>>(),
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                       std::chrono::milliseconds timeout, std::vector<uint64_t> globalRanks,
+                       std::optional<c10::Device> device, std::string libraryPath,
+                       std::string libraryKind) {
+             std::optional<torch_mojo::AcceleratorSetup> accelerator;
+             if (device) accelerator = torch_mojo::AcceleratorSetup{*device, libraryPath, libraryKind};
+             return c10::make_intrusive<ProcessGroupMojo>(store, rank, size, timeout,
+                                                          std::move(globalRanks), accelerator);
+           }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
-           py::arg("global_ranks") = std::vector<uint64_t>{}, py::call_guard<py::gil_scoped_release>())
+           py::arg("global_ranks") = std::vector<uint64_t>{}, py::arg("device") = std::nullopt,
+           py::arg("library_path") = "", py::arg("library_kind") = "",
+           py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("library_path", &ProcessGroupMojo::libraryPath)
       .def_property_readonly("library_version", &ProcessGroupMojo::libraryVersion);
 
@@ -56,6 +65,14 @@ PYBIND11_MODULE(_C, module) {
   module.def("_before_exit", [] { torch_mojo::Watchdog::get().beforeExit(); },
              py::call_guard<py::gil_scoped_release>());
   module.def("_watch_for_interrupts", &torch_mojo::watchForInterrupts);
+  // Loads a collective library as a process group would, for `torch-mojo
+  // info`: its NCCL version code, or the error a process group would raise.
+  module.def(
+      "_library_version",
+      [](const std::string& path, const std::string& kind) {
+        return torch_mojo::CclLibrary(path, kind).version();
+      },
+      py::arg("path"), py::arg("kind"));
 
   module.attr("BUILT_WITH_TORCH") = TORCH_MOJO_BUILT_WITH_TORCH;
 }

@@ -3,7 +3,7 @@
 import atexit
 import threading
 
-from torch_mojo import launcher
+from torch_mojo import launcher, libraries
 from torch_mojo.env import check_environment
 
 BACKEND_NAME = "mojo"
@@ -26,13 +26,22 @@ def _load_core():
 
 
 def _create_backend(backend_options, _pg_options):
+    """One process group for CPU tensors and, where there is one, for the
+    accelerator's: c10d makes a single backend when every device maps to
+    mojo. Its communicator on the accelerator is made now, on the current
+    device, with the library the guide's search order finds."""
     _C = _load_core()
+    device = libraries.current_accelerator()
+    library_path, library_kind = libraries.accelerator_library(device.type) if device else ("", "")
     return _C.ProcessGroupMojo(
         backend_options.store,
         backend_options.group_rank,
         backend_options.group_size,
         backend_options.timeout,
         list(backend_options.global_ranks_in_group),
+        device=device,
+        library_path=library_path,
+        library_kind=library_kind,
     )
 
 
@@ -61,9 +70,10 @@ def _install_trace_dumps(_C):
 
 
 def _devices():
-    # CPU tensors run on libmojoccl. Accelerator tensors are not handled by
-    # this version, so no accelerator device type is claimed.
-    return ["cpu"]
+    """cpu, and this process's accelerator type where it has one (cuda or
+    mojo): mojo becomes the default backend of both."""
+    device = libraries.current_accelerator()
+    return ["cpu"] + ([device.type] if device else [])
 
 
 def register():

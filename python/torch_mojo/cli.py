@@ -30,7 +30,20 @@ def info() -> dict:
 
         built_with = _C.BUILT_WITH_TORCH
     except ImportError as error:
-        built_with = f"C++ core not loadable: {error}"
+        _C, built_with = None, f"C++ core not loadable: {error}"
+
+    def loaded(lookup):
+        """The lookup, with the version the library answers when loaded as
+        a process group loads it (or why it does not load)."""
+        report = lookup.to_dict()
+        if lookup.path and _C is not None:
+            try:
+                report["version"] = _C._library_version(lookup.path, "library")
+            except RuntimeError as error:
+                report["load_error"] = str(error)
+        return report
+
+    accelerator = libraries.current_accelerator()
     build = libraries.build_info()
     fabric = libraries.find_libfabric()
     fabric_details = libraries.libfabric_details(fabric.path) if fabric.path else {}
@@ -45,8 +58,9 @@ def info() -> dict:
             "gpu_targets_requested": [target for target in build["gpu_targets"].split(";") if target],
             "gpu_kernels": False,
         },
+        "accelerator": str(accelerator) if accelerator else None,
         "accelerator_ccl": libraries.accelerator_ccl(),
-        "collective_libraries": {device: lookup.to_dict()
+        "collective_libraries": {device: loaded(lookup)
                                  for device, lookup in libraries.collective_libraries().items()},
         "libfabric": {**fabric.to_dict(), **fabric_details,
                       "between_nodes": libraries.fabric_provider_choice(fabric_details.get("providers", []))},
@@ -65,12 +79,16 @@ def _print_info(report: dict) -> None:
     print(f"torch {report['torch']['version']}  (torch-mojo built with {report['torch']['torch_mojo_built_with']})")
     print(f"kernels: Mojo {kernels['mojo']}, CPU {kernels['cpu_target']}; GPU kernels not in this version "
           f"(GPU targets: {gpu})")
+    print(f"accelerator: {report['accelerator'] or 'none (no GPU, or a CPU build of torch)'}")
     print(f"collective libraries (accelerators: {report['accelerator_ccl']}):")
     for device, lookup in report["collective_libraries"].items():
         where = f"{lookup['path']}  ({lookup['source']})" if lookup["path"] else \
             f"{lookup['source']}; searched {', '.join(lookup['searched'])}"
-        note = "" if device == "cpu" else "  [accelerator tensors: not supported by this version]"
-        print(f"  {device:5s} {lookup['library']:15s} {where}{note}")
+        if "version" in lookup:
+            where += f"  version {lookup['version']}"
+        if "load_error" in lookup:
+            where += f"  DOES NOT LOAD: {lookup['load_error']}"
+        print(f"  {device:5s} {lookup['library']:15s} {where}")
     fabric = report["libfabric"]
     if fabric["path"]:
         print(f"libfabric {fabric['version']}: {fabric['path']}  ({fabric['source']})")

@@ -23,7 +23,7 @@ def _vendor_from_environment():
     return None
 
 
-def _gpu_vendor():
+def gpu_vendor():
     """The GPU vendor of this node: from its device files, else from which
     visibility variable a launcher exported; None without a GPU."""
     for vendor, paths in _DEVICE_FILES.items():
@@ -66,7 +66,7 @@ def use_local_rank_gpu():
         raise ValueError(f"LOCAL_RANK={local_rank!r} is not an integer") from None
     if index < 0:
         raise ValueError(f"LOCAL_RANK={index} is negative")
-    vendor = _gpu_vendor()
+    vendor = gpu_vendor()
     if vendor is None:
         return None
     variable = _VISIBILITY[vendor]

@@ -62,9 +62,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "TORCH_MOJO_BACKEND_CCL",
         "unset (vendor library)",
-        "`mojo` runs accelerator collectives on libmojoccl instead of NCCL/RCCL",
+        "`mojo` runs accelerator collectives on libmojoccl (through host buffers) instead of NCCL/RCCL",
         choices=("mojo",),
-        used=False,
     ),
     Variable(
         "TORCH_MOJO_BACKEND_CPU",
@@ -75,15 +74,13 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         "TORCH_MOJO_BACKEND_NCCL_LIB",
-        "wheel, then system",
+        "site's, wheel, then system",
         "absolute path of the `libnccl.so.2` to load",
-        used=False,
     ),
     Variable(
         "TORCH_MOJO_BACKEND_RCCL_LIB",
         "ROCm search",
         "absolute path of the `librccl.so.1` to load",
-        used=False,
     ),
     Variable(
         "TORCH_MOJO_BACKEND_CACHE_DIR",

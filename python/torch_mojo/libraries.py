@@ -6,12 +6,15 @@ right after the user's own choice of file:
 
 - NCCL: TORCH_MOJO_BACKEND_NCCL_LIB, the site's, an NCCL wheel
   (nvidia-nccl-cu12 / -cu13), libnccl.so.2 on the library path.
-- RCCL: TORCH_MOJO_BACKEND_RCCL_LIB, the site's, $ROCM_PATH/lib,
-  /opt/rocm/lib, librccl.so.1 on the library path.
+- RCCL: TORCH_MOJO_BACKEND_RCCL_LIB, the site's, the ROCm whose HIP
+  runtime is loaded in this process, $ROCM_PATH/lib, /opt/rocm/lib,
+  librccl.so.1 on the library path.
 - libfabric: MOJOCCL_LIBFABRIC, the site's, libfabric.so.1 on the library
   path, the Cray install (/opt/cray/libfabric/*).
 
-CPU tensors always use libmojoccl, installed with the package.
+CPU tensors always use libmojoccl, installed with the package. Accelerator
+tensors use the vendor's library, or libmojoccl with TORCH_MOJO_BACKEND_CCL=mojo:
+accelerator_setup() says which, for the process group.
 """
 
 from __future__ import annotations
@@ -96,11 +99,27 @@ def find_nccl() -> Lookup:
     ])
 
 
+def loaded_hip_runtime() -> str | None:
+    """The HIP runtime (libamdhip64.so) this process has loaded, if any:
+    RCCL from the same ROCm keeps one HIP runtime in the process."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split(maxsplit=5)[-1].strip()
+                if os.path.basename(path).startswith("libamdhip64.so"):
+                    return path
+    except OSError:
+        pass
+    return None
+
+
 def find_rccl() -> Lookup:
     rocm_path = os.environ.get("ROCM_PATH")
+    hip = loaded_hip_runtime()
     return _search("librccl.so.1", [
         ("TORCH_MOJO_BACKEND_RCCL_LIB", os.environ.get("TORCH_MOJO_BACKEND_RCCL_LIB")),
         ("the site's RCCL (built with TORCH_MOJO_RCCL_LIBRARY)", build_info()["rccl_library"]),
+        ("the ROCm whose HIP runtime is loaded", os.path.join(os.path.dirname(hip), "librccl.so.1") if hip else None),
         ("$ROCM_PATH/lib", os.path.join(rocm_path, "lib", "librccl.so.1") if rocm_path else None),
         ("/opt/rocm/lib", "/opt/rocm/lib/librccl.so.1"),
         ("the library path", on_library_path("librccl.so.1")),
@@ -127,13 +146,75 @@ def accelerator_ccl() -> str:
 
 
 def collective_libraries() -> dict[str, Lookup]:
-    """The library each device type would load."""
+    """The library each kind of device would load."""
     mojo = accelerator_ccl() == "mojo"
     return {
         "cpu": find_mojoccl(),
         "cuda": find_mojoccl() if mojo else find_nccl(),
         "rocm": find_mojoccl() if mojo else find_rccl(),
     }
+
+
+# What to do when the vendor's library is missing, per vendor. The message
+# keeps the guide's words, "no NCCL/RCCL library found", which users search.
+_MISSING_ADVICE = {
+    "nvidia": "this node's GPUs are NVIDIA: install NCCL with `pip install \"nvidia-nccl-cu12>=2.27\"` "
+              "(nvidia-nccl-cu13 needs driver 580 or newer), or set TORCH_MOJO_BACKEND_NCCL_LIB to "
+              "the libnccl.so.2 to load",
+    "amd": "this node's GPUs are AMD: RCCL (librccl.so.1) comes with ROCm; set ROCM_PATH to your "
+           "ROCm install, or TORCH_MOJO_BACKEND_RCCL_LIB to the librccl.so.1 to load",
+}
+
+
+def missing_library_message(vendor: str, lookup: Lookup) -> str:
+    where = lookup.source if lookup.source != "not found" else "searched " + ", ".join(lookup.searched)
+    return f"no NCCL/RCCL library found ({where}): {_MISSING_ADVICE[vendor]}"
+
+
+def accelerator_vendor(device_type: str) -> str:
+    """nvidia or amd: who made the GPU behind `device_type` (cuda in a CUDA
+    or ROCm build of torch, or the mojo device of torch-mojo-backend)."""
+    import torch
+
+    if device_type == "cuda":
+        return "amd" if torch.version.hip else "nvidia"
+    from torch_mojo.distributed import gpu_vendor
+
+    vendor = gpu_vendor()
+    if vendor is None:
+        raise RuntimeError(f"cannot tell who made the {device_type} device: neither /dev/kfd (AMD) nor "
+                           "/dev/nvidiactl (NVIDIA) exists; set TORCH_MOJO_BACKEND_CCL=mojo to use "
+                           "torch-mojo's own collectives")
+    return vendor
+
+
+def accelerator_library(device_type: str) -> tuple[str, str]:
+    """(path, kind) of the library for `device_type` tensors, kind being
+    nccl, rccl or mojoccl. Raises RuntimeError when the vendor's library
+    is missing, saying what to install or set for that vendor."""
+    if accelerator_ccl() == "mojo":
+        return find_mojoccl().path, "mojoccl"
+    vendor = accelerator_vendor(device_type)
+    lookup = find_nccl() if vendor == "nvidia" else find_rccl()
+    if lookup.path is None:
+        raise RuntimeError(missing_library_message(vendor, lookup))
+    return lookup.path, "nccl" if vendor == "nvidia" else "rccl"
+
+
+# Device types whose tensors the process group can take besides the CPU's:
+# cuda (a CUDA or ROCm build of torch) and mojo (torch-mojo-backend's device).
+ACCELERATOR_TYPES = ("cuda", "mojo")
+
+
+def current_accelerator():
+    """This process's accelerator device (its current index), or None on
+    a machine, or a torch build, without one."""
+    import torch
+
+    accelerator = torch.accelerator.current_accelerator()
+    if accelerator is None or accelerator.type not in ACCELERATOR_TYPES:
+        return None
+    return torch.device(accelerator.type, torch.accelerator.current_device_index())
 
 
 # libfabric's C API, for its version and providers (fabric.h, stable in 1.x).

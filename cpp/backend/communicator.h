@@ -1,0 +1,65 @@
+// One communicator of the library a process group drives: the handle, the
+// library that serves it, and the stream its calls are ordered on (null for
+// host memory, which libmojoccl moves at once). A process group has one for
+// CPU tensors and, on a machine with an accelerator, one for device tensors.
+//
+// No torch headers here: this file compiles in a second.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "backend/ccl_library.h"
+
+namespace torch_mojo {
+
+class Communicator {
+ public:
+  Communicator(std::shared_ptr<CclLibrary> library, ncclStream_t stream = nullptr)
+      : library_(std::move(library)), stream_(stream) {}
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  // What rank 0 makes and the others receive through the store.
+  ncclUniqueId newUniqueId() const;
+  void init(const ncclUniqueId& id, int size, int rank);
+
+  // Each throws CclError naming the call when the library refuses it.
+  void allReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op);
+  void reduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
+              int root);
+  void broadcast(const void* send, void* recv, size_t count, ncclDataType_t type, int root);
+  void allGather(const void* send, void* recv, size_t sendCount, ncclDataType_t type);
+  void reduceScatter(const void* send, void* recv, size_t recvCount, ncclDataType_t type,
+                     ncclRedOp_t op);
+  void send(const void* data, size_t count, ncclDataType_t type, int peer);
+  void recv(void* data, size_t count, ncclDataType_t type, int peer);
+  // Wraps `calls` in ncclGroupStart/End, as sends and receives that must
+  // progress together need.
+  void group(const std::function<void()>& calls);
+
+  // An error the library met on its own since the last call (a broken
+  // connection, a device fault), or "" while all is well.
+  std::string asyncError() const;
+  // Ends a call in progress on another thread (the library returns soon);
+  // an aborted communicator is not destroyed again.
+  void abort();
+  void destroy();
+
+  bool initialised() const { return comm_ != nullptr; }
+  const CclLibrary& library() const { return *library_; }
+  ncclStream_t stream() const { return stream_; }
+
+ private:
+  void check(ncclResult_t result, const char* call) const { library_->check(result, call, comm_); }
+  const CclApi& api() const { return library_->api(); }
+
+  std::shared_ptr<CclLibrary> library_;
+  ncclStream_t stream_;
+  ncclComm_t comm_ = nullptr;
+  std::atomic<bool> aborted_{false};
+};
+
+}  // namespace torch_mojo

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Run here, after `make build`: gathers into .device-carry/ what
+# tests/device/run.sh needs and a GPU machine may lack: the compiled Mojo
+# kernels (Mojo may not be installed there) and libfabric's headers (only
+# the headers are needed to build).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+carry=.device-carry
+rm -rf "$carry" && mkdir -p "$carry/include"
+kernels=$(.venv/bin/python -c "from torch_mojo._paths import library_dir; print(library_dir())")/libtorch_mojo_kernels.so
+cp "$kernels" "$carry/"
+cp -r "$(dirname "$(find /usr/include -name fabric.h -path '*rdma*' | head -1)")" "$carry/include/rdma"
+du -sh "$carry"

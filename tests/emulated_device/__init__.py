@@ -1,0 +1,105 @@
+"""An emulated accelerator for the tests, on machines without a GPU.
+
+device.cpp is torch's PrivateUse1 device, named `mojo` (as
+torch-mojo-backend's device is), with host memory and asynchronous streams;
+nccl_on_streams.cpp is a vendor library for it that, as NCCL does, only
+enqueues each call on the stream it is given (the collectives themselves are
+libmojoccl's). Together they run the process group's accelerator path (the
+library search, the communicator on the device, stream ordering with
+events, Work and future semantics, the jobs in flight) for real, on the
+CPU. They are test tools: nothing of them is installed.
+
+build() compiles both once per build directory; a worker process calls
+install() before anything else touches torch.distributed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+BUILD = ROOT / "build" / "emulated-device"
+
+
+def _stale(target: Path, *sources: Path) -> bool:
+    return not target.exists() or any(source.stat().st_mtime > target.stat().st_mtime for source in sources)
+
+
+def build() -> dict[str, str]:
+    """Compiles the device (a torch extension) and its library; returns the
+    environment a worker needs to use them."""
+    from torch.utils import cpp_extension
+
+    BUILD.mkdir(parents=True, exist_ok=True)
+    shim = BUILD / "libnccl_on_streams.so"
+    if _stale(shim, HERE / "nccl_on_streams.cpp", HERE / "stream.h"):
+        subprocess.run(["c++", "-std=c++17", "-O2", "-shared", "-fPIC", "-fvisibility=hidden",
+                        f"-I{ROOT / 'cpp' / 'ccl' / 'include'}", str(HERE / "nccl_on_streams.cpp"),
+                        "-o", str(shim), "-ldl", "-lpthread"], check=True)
+    device = cpp_extension.load(
+        name="emulated_mojo_device", sources=[str(HERE / "device.cpp")], build_directory=str(BUILD),
+        is_python_module=False, extra_cflags=["-O1"], verbose=False)
+    from torch_mojo._paths import mojoccl_path
+
+    return {
+        "EMULATED_DEVICE_LIBRARY": str(device) if isinstance(device, str) else str(BUILD / "emulated_mojo_device.so"),
+        "TORCH_MOJO_BACKEND_NCCL_LIB": str(shim),
+        "EMULATED_NCCL_BACKING": mojoccl_path(),
+        # How the process group tells the vendor of a `mojo` device without
+        # device files: the visibility variable a launcher exports.
+        "CUDA_VISIBLE_DEVICES": "0",
+    }
+
+
+class _Module:
+    """What torch expects of torch.<device> for a PrivateUse1 device."""
+
+    @staticmethod
+    def is_available():
+        return True
+
+    @staticmethod
+    def is_initialized():
+        return True
+
+    @staticmethod
+    def device_count():
+        return 1
+
+    @staticmethod
+    def current_device():
+        return 0
+
+    @staticmethod
+    def _is_in_bad_fork():
+        return False
+
+    @staticmethod
+    def manual_seed_all(seed):
+        pass
+
+
+def install(library: str | None = None) -> None:
+    """Makes the emulated device torch's accelerator in this process."""
+    import torch
+
+    torch.ops.load_library(library or os.environ["EMULATED_DEVICE_LIBRARY"])
+    torch.utils.rename_privateuse1_backend("mojo")
+    torch._register_device_module("mojo", _Module)
+
+    class Hooks(torch._C._acc.PrivateUse1Hooks):
+        def is_available(self):
+            return True
+
+        def has_primary_context(self, device_index):
+            return True
+
+        def is_built(self):
+            return True
+
+    install.hooks = Hooks()  # kept alive: torch holds only a reference
+    torch._C._acc.register_python_privateuseone_hook(install.hooks)
+    torch.utils.generate_methods_for_privateuse1_backend()

@@ -1,0 +1,53 @@
+"""The process group's accelerator path, run for real on the CPU: the
+emulated device of tests/emulated_device (host memory, asynchronous
+streams whose copies run late) and a vendor library for it that, like
+NCCL, only enqueues each call on its stream. Every collective's values,
+stream ordering, Work and future semantics, tensors kept until their
+collective has run, DDP, the watchdog on a collective in flight, and
+libmojoccl refusing device memory it cannot reach.
+
+Leaving out either stream wait of the process group (the collective's wait
+for the caller's stream, or Work.wait()'s for the collective) makes
+test_collectives_on_device_streams fail: the emulated copies run late
+enough for a missing wait to read stale values."""
+
+import pytest
+
+from tests.emulated_device import build
+from tests.harness import run_worker
+from tests.workers.device import assert_checked
+
+
+@pytest.fixture(scope="module")
+def device_env():
+    return build()
+
+
+def test_collectives_on_device_streams(device_env):
+    results = run_worker("device", 2, "collectives", env=device_env, timeout=240)
+    assert_checked(results, "libnccl_on_streams.so", "nccl version 100")
+    assert all("ok send/recv ring" in result.stdout for result in results)
+
+
+def test_ddp_on_the_device_matches_one_process(device_env):
+    results = run_worker("device", 2, "ddp", env=device_env, timeout=240)
+    assert all("ok ddp matches one process" in result.stdout for result in results)
+
+
+def test_a_collective_in_flight_times_out_with_a_report(device_env):
+    results = run_worker("device", 2, "timeout", env=device_env, timeout=120, check=False)
+    rank0 = results[0]
+    assert rank0.returncode == 1, rank0
+    assert "Watchdog caught collective operation timeout: collective #1 (all_reduce 1024 x float32 sum) " \
+           "on mojo:0 has not completed" in rank0.stderr, rank0.stderr
+    assert "last collectives issued on mojo:0, oldest first:" in rank0.stderr
+
+
+def test_libmojoccl_without_a_device_runtime_says_so_on_every_rank(device_env):
+    env = {**device_env, "TORCH_MOJO_BACKEND_CCL": "mojo"}
+    results = run_worker("device", 2, "collectives", env=env, timeout=120, check=False)
+    for result in results:
+        assert result.returncode != 0
+        assert "libmojoccl was given device memory (a stream), but neither the CUDA driver (libcuda.so.1) " \
+               "nor the HIP runtime (libamdhip64.so) is loaded" in result.stderr, result.stderr
+        assert "[TRACE] collectives via" in result.stderr and "libmojoccl.so (mojoccl version 100)" in result.stderr
