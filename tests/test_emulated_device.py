@@ -29,6 +29,15 @@ def test_collectives_on_device_streams(device_env):
     assert all("ok send/recv ring" in result.stdout for result in results)
 
 
+def test_the_conformance_matrix_on_device_tensors(device_env):
+    """The matrix's calls, dtypes, roots and layouts on device tensors (not
+    its gloo comparisons, CPU pool, Work timeouts or mismatches)."""
+    env = {**device_env, "EMULATED_DEVICE_COPY_DELAY_US": "200"}
+    results = run_worker("collectives", 3, "--device", env=env, timeout=400)
+    for result in results:
+        assert "checked" in result.stdout and "new_group" in result.stdout, result.stdout
+
+
 def test_ddp_on_the_device_matches_one_process(device_env):
     results = run_worker("device", 2, "ddp", env=device_env, timeout=240)
     assert all("ok ddp matches one process" in result.stdout for result in results)

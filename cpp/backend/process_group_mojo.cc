@@ -671,8 +671,8 @@ void ProcessGroupMojo::workerLoop() {
         return stopping_ && !running_ && queue_.empty() && (inFlight_.empty() || aborted_);
       };
       auto wake = [&] { return runnable() || finished(); };
-      if (inFlight_.empty())
-        workAvailable_.wait(lock, wake);
+      if (inFlight_.empty())  // until there is a job to run, or one in flight to poll
+        workAvailable_.wait(lock, [&] { return wake() || !inFlight_.empty(); });
       else
         workAvailable_.wait_for(lock, kDevicePoll, wake);
       if (finished()) return;
@@ -791,12 +791,20 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupMojo::split(
     const c10::intrusive_ptr<Options>& opts) {
   auto found = std::find(ranks.begin(), ranks.end(), rank_);
   if (found == ranks.end()) return nullptr;  // not a member: no group here
+  // c10d's splitGroup asks the backend of each device type for its split,
+  // and this one backend serves the CPU and the accelerator: the second
+  // request, with the same store, gets the group the first one made. (The
+  // store lives as long as that group, so its address cannot be reused.)
+  if (lastSplit_ && lastSplit_->store == store.get() && lastSplit_->ranks == ranks)
+    if (auto made = lastSplit_->group.lock()) return made;
   const auto timeout = opts ? opts->timeout : timeout_.load();
   std::vector<uint64_t> members;
   for (int rank : ranks) members.push_back(globalRanks_[rank]);
-  return c10::make_intrusive<ProcessGroupMojo>(store, static_cast<int>(found - ranks.begin()),
-                                               static_cast<int>(ranks.size()), timeout, members,
-                                               accelerator_);
+  c10::intrusive_ptr<c10d::Backend> made = c10::make_intrusive<ProcessGroupMojo>(
+      store, static_cast<int>(found - ranks.begin()), static_cast<int>(ranks.size()), timeout,
+      members, accelerator_);
+  lastSplit_.emplace(LastSplit{store.get(), ranks, c10::weak_intrusive_ptr<c10d::Backend>(made)});
+  return made;
 }
 
 // ------------------------------------------------------------ reductions

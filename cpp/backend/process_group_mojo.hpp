@@ -292,6 +292,12 @@ class ProcessGroupMojo : public c10d::Backend {
   std::unique_ptr<Communicator> host_;
   std::unique_ptr<DeviceChannel> device_;  // none without an accelerator
   std::optional<AcceleratorSetup> accelerator_;  // what split() hands on
+  struct LastSplit {
+    const c10d::Store* store;
+    std::vector<int> ranks;
+    c10::weak_intrusive_ptr<c10d::Backend> group;
+  };
+  std::optional<LastSplit> lastSplit_;  // split() is asked once per device type
   c10::intrusive_ptr<c10d::Store> store_;
   std::vector<uint64_t> globalRanks_;
   size_t groupId_;

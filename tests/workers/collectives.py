@@ -6,7 +6,12 @@ against values this rank computes on its own from every rank's inputs
 (which are deterministic), and, where gloo supports the case, against the
 same call on a gloo group over the same ranks and inputs.
 
-Usage: collectives.py [--quick]   (--quick: all-reduce only, fewer sizes)
+Usage: collectives.py [--quick] [--device]
+  --quick   all-reduce only, fewer sizes
+  --device  the tensors on this process's accelerator (the emulated device
+            of tests/emulated_device when EMULATED_DEVICE_LIBRARY is set),
+            without gloo, the CPU pool, Work timeouts or mismatches (a
+            vendor library reports those by ending the run)
 Prints "checked N cases (G also on gloo)" and exits 1 listing the failures.
 """
 
@@ -47,6 +52,8 @@ OPS = {
 # Around the library's limits: empty, tiny, odd, and more than one 1 MiB
 # staging slot (several rounds).
 SIZES = [0, 1, 5, 1000, 300_003]
+# Where the tensors are: the CPU, or the accelerator with --device.
+DEVICE = torch.device("cpu")
 
 
 def ops_for(dtype):
@@ -64,17 +71,17 @@ def make_input(rank, numel, dtype, seed, op="sum", nan=True):
     """Rank `rank`'s input: any rank can compute any other rank's."""
     generator = torch.Generator().manual_seed(seed * 131 + rank)
     if dtype == torch.bool:
-        return torch.randint(0, 2, (numel,), generator=generator).bool()
+        return torch.randint(0, 2, (numel,), generator=generator, device="cpu").bool().to(DEVICE)
     if dtype.is_floating_point:
         if op == "product":  # stay near 1: no overflow over 4 ranks
-            values = 1 + 0.25 * torch.randn(numel, generator=generator, dtype=torch.float64)
+            values = 1 + 0.25 * torch.randn(numel, generator=generator, dtype=torch.float64, device="cpu")
         else:
-            values = torch.randn(numel, generator=generator, dtype=torch.float64) * 10
+            values = torch.randn(numel, generator=generator, dtype=torch.float64, device="cpu") * 10
         if nan and op in ("min", "max") and numel > 1 and rank == 1:
             values[1] = float("nan")  # NaN must win, as in torch.minimum/maximum
-        return values.to(dtype)
+        return values.to(dtype).to(DEVICE)
     low = 0 if dtype in (torch.uint8, torch.uint32, torch.uint64) else -3
-    return torch.randint(low, 4, (numel,), generator=generator, dtype=torch.int64).to(dtype)
+    return torch.randint(low, 4, (numel,), generator=generator, dtype=torch.int64, device="cpu").to(dtype).to(DEVICE)
 
 
 def reference_reduce(tensors, op, world):
@@ -144,7 +151,7 @@ class Matrix:
             self.fail(name, f"raised\n{traceback.format_exc()}")
             return
         self.same(name, ours, expected, self.placement_tolerance(dtype, expected))
-        if on_gloo and gloo_supports(dtype, op):
+        if on_gloo and gloo_supports(dtype, op) and DEVICE.type == "cpu":
             self.on_gloo += 1
             try:
                 theirs = run(self.gloo)
@@ -175,8 +182,11 @@ class Matrix:
             self.fail(name, f"{len(actual)} results, expected {len(expected)}")
             return
         for got, want in zip(actual, expected):
+            if got.device != DEVICE:
+                self.fail(name, f"a result on {got.device}, not on {DEVICE}")
+                return
             try:
-                torch.testing.assert_close(got, want, rtol=0, atol=tolerance, equal_nan=True)
+                torch.testing.assert_close(got.cpu(), want.cpu(), rtol=0, atol=tolerance, equal_nan=True)
             except AssertionError as error:
                 self.fail(name, str(error).splitlines()[0])
                 return
@@ -685,10 +695,19 @@ def check_bad_input(m):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--device", action="store_true")
     args = parser.parse_args()
+    if args.device and os.environ.get("EMULATED_DEVICE_LIBRARY"):
+        from tests.emulated_device import install
+
+        install()
     torch_mojo.register_mojo_devices()
     dist.init_process_group("mojo", timeout=datetime.timedelta(seconds=60))
     m = Matrix(dist.get_rank(), dist.get_world_size())
+    if args.device:
+        global DEVICE
+        DEVICE = torch.device(torch.accelerator.current_accelerator().type, torch.accelerator.current_device_index())
+        torch.set_default_device(DEVICE)  # torch.empty(...) and the like in the cases
     if args.quick:
         check_all_reduce(m, [0, 5, 300_003])
     else:
@@ -702,9 +721,10 @@ def main():
         check_point_to_point(m)
         check_barriers_objects_groups(m)
         check_coalesced(m)
-        check_shared_pool(m)
-        check_work(m)
-        check_bad_input(m)
+        if not args.device:
+            check_shared_pool(m)
+            check_work(m)
+            check_bad_input(m)
     dist.destroy_process_group()
     print(f"checked {m.cases} cases ({m.on_gloo} also on gloo)")
     print("exercised: " + " ".join(sorted(m.exercised)))
