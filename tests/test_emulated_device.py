@@ -3,8 +3,9 @@ emulated device of tests/emulated_device (host memory, asynchronous
 streams whose copies run late) and a vendor library for it that, like
 NCCL, only enqueues each call on its stream. Every collective's values,
 stream ordering, Work and future semantics, tensors kept until their
-collective has run, DDP, the watchdog on a collective in flight, and
-libmojoccl refusing device memory it cannot reach.
+collective has run, DDP, the watchdog on a collective in flight; libmojoccl
+on device memory through host buffers, and refusing it when no runtime is
+there to copy it.
 
 Leaving out either stream wait of the process group (the collective's wait
 for the caller's stream, or Work.wait()'s for the collective) makes
@@ -23,16 +24,27 @@ def device_env():
     return build()
 
 
+# libmojoccl for the device's tensors, moving them through host buffers with
+# the HIP runtime calls the emulated device answers.
+LIBMOJOCCL = {"TORCH_MOJO_BACKEND_CCL": "mojo", "EMULATED_HIP": "1"}
+
+
 def test_collectives_on_device_streams(device_env):
     results = run_worker("device", 2, "collectives", env=device_env, timeout=240)
     assert_checked(results, "libnccl_on_streams.so", "nccl version 100")
     assert all("ok send/recv ring" in result.stdout for result in results)
 
 
-def test_the_conformance_matrix_on_device_tensors(device_env):
+def test_libmojoccl_moves_device_memory_through_host_buffers(device_env):
+    results = run_worker("device", 2, "collectives", env={**device_env, **LIBMOJOCCL}, timeout=240)
+    assert_checked(results, "libmojoccl.so", "mojoccl version 100")
+
+
+@pytest.mark.parametrize("library", [{}, LIBMOJOCCL], ids=["nccl_on_streams", "libmojoccl"])
+def test_the_conformance_matrix_on_device_tensors(device_env, library):
     """The matrix's calls, dtypes, roots and layouts on device tensors (not
     its gloo comparisons, CPU pool, Work timeouts or mismatches)."""
-    env = {**device_env, "EMULATED_DEVICE_COPY_DELAY_US": "200"}
+    env = {**device_env, **library, "EMULATED_DEVICE_COPY_DELAY_US": "200"}
     results = run_worker("collectives", 3, "--device", env=env, timeout=400)
     for result in results:
         assert "checked" in result.stdout and "new_group" in result.stdout, result.stdout

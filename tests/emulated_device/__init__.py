@@ -4,7 +4,8 @@ device.cpp is torch's PrivateUse1 device, named `mojo` (as
 torch-mojo-backend's device is), with host memory and asynchronous streams;
 nccl_on_streams.cpp is a vendor library for it that, as NCCL does, only
 enqueues each call on the stream it is given (the collectives themselves are
-libmojoccl's). Together they run the process group's accelerator path (the
+libmojoccl's); hip_runtime.cpp answers the HIP runtime calls with which
+libmojoccl moves device memory (TORCH_MOJO_BACKEND_CCL=mojo). Together they run the process group's accelerator path (the
 library search, the communicator on the device, stream ordering with
 events, Work and future semantics, the jobs in flight) for real, on the
 CPU. They are test tools: nothing of them is installed.
@@ -35,10 +36,13 @@ def build() -> dict[str, str]:
 
     BUILD.mkdir(parents=True, exist_ok=True)
     shim = BUILD / "libnccl_on_streams.so"
-    if _stale(shim, HERE / "nccl_on_streams.cpp", HERE / "stream.h"):
-        subprocess.run(["c++", "-std=c++17", "-O2", "-shared", "-fPIC", "-fvisibility=hidden",
-                        f"-I{ROOT / 'cpp' / 'ccl' / 'include'}", str(HERE / "nccl_on_streams.cpp"),
-                        "-o", str(shim), "-ldl", "-lpthread"], check=True)
+    hip = BUILD / "libemulated_hip.so"
+    for target, source, extra in ((shim, "nccl_on_streams.cpp", []),
+                                  (hip, "hip_runtime.cpp", ["-Wl,-soname,libamdhip64.so.6"])):
+        if _stale(target, HERE / source, HERE / "stream.h"):
+            subprocess.run(["c++", "-std=c++17", "-O2", "-shared", "-fPIC", "-fvisibility=hidden",
+                            f"-I{ROOT / 'cpp' / 'ccl' / 'include'}", str(HERE / source), *extra,
+                            "-o", str(target), "-ldl", "-lpthread"], check=True)
     device = cpp_extension.load(
         name="emulated_mojo_device", sources=[str(HERE / "device.cpp")], build_directory=str(BUILD),
         is_python_module=False, extra_cflags=["-O1"], verbose=False)
@@ -48,6 +52,8 @@ def build() -> dict[str, str]:
         "EMULATED_DEVICE_LIBRARY": str(device) if isinstance(device, str) else str(BUILD / "emulated_mojo_device.so"),
         "TORCH_MOJO_BACKEND_NCCL_LIB": str(shim),
         "EMULATED_NCCL_BACKING": mojoccl_path(),
+        # Loaded by install() only when a test sets EMULATED_HIP=1.
+        "EMULATED_HIP_RUNTIME": str(hip),
         # How the process group tells the vendor of a `mojo` device without
         # device files: the visibility variable a launcher exports.
         "CUDA_VISIBLE_DEVICES": "0",
@@ -84,9 +90,13 @@ class _Module:
 
 def install(library: str | None = None) -> None:
     """Makes the emulated device torch's accelerator in this process."""
+    import ctypes
+
     import torch
 
     torch.ops.load_library(library or os.environ["EMULATED_DEVICE_LIBRARY"])
+    if os.environ.get("EMULATED_HIP") == "1":
+        ctypes.CDLL(os.environ["EMULATED_HIP_RUNTIME"], mode=ctypes.RTLD_GLOBAL)
     torch.utils.rename_privateuse1_backend("mojo")
     torch._register_device_module("mojo", _Module)
 
