@@ -32,7 +32,11 @@ def test_mojo_collectives_with_two_ranks_on_one_gpu():
     assert all("ok send/recv ring" in result.stdout for result in results)
 
 
-@pytest.mark.parametrize("nproc, env", [(1, {}), (2, MOJO)], ids=["nccl", "mojo"])
+# Two workers on the one GPU: use_local_rank_gpu() gives each its entry.
+SHARED_GPU = {"CUDA_VISIBLE_DEVICES": "0,0"}
+
+
+@pytest.mark.parametrize("nproc, env", [(1, {}), (2, {**MOJO, **SHARED_GPU})], ids=["nccl", "mojo"])
 def test_ddp_trains_on_the_gpu(tmp_path, nproc, env):
     stdout, _ = run_torchrun([str(ROOT / "examples" / "train_ddp.py"), "--steps", "60",
                               "--save", str(tmp_path / "model.pt")], nproc, env=env, cwd=tmp_path, timeout=300)

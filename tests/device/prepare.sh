@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Run here, after `make build`: gathers into .device-carry/ what
-# tests/device/run.sh needs and a GPU machine may lack: the compiled Mojo
-# kernels (Mojo may not be installed there) and libfabric's headers (only
-# the headers are needed to build).
+# Run here, after `make build`: gathers into .device-carry/ (or the folder
+# given) what tests/device/run.sh needs and a GPU machine may lack: the
+# compiled Mojo kernels (Mojo may not be installed there) and libfabric's
+# headers (only the headers are needed to build).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-carry=.device-carry
+carry=${1:-.device-carry}
 rm -rf "$carry" && mkdir -p "$carry/include"
 kernels=$(.venv/bin/python -c "from torch_mojo._paths import library_dir; print(library_dir())")/libtorch_mojo_kernels.so
 cp "$kernels" "$carry/"
