@@ -72,8 +72,8 @@ def _install_trace_dumps(_C):
 def _devices():
     """cpu, and this process's accelerator type where it has one (cuda or
     mojo): mojo becomes the default backend of both."""
-    device = libraries.current_accelerator()
-    return ["cpu"] + ([device.type] if device else [])
+    kind = libraries.accelerator_type()
+    return ["cpu"] + ([kind] if kind else [])
 
 
 def register():

@@ -206,15 +206,22 @@ def accelerator_library(device_type: str) -> tuple[str, str]:
 ACCELERATOR_TYPES = ("cuda", "mojo")
 
 
-def current_accelerator():
-    """This process's accelerator device (its current index), or None on
-    a machine, or a torch build, without one."""
+def accelerator_type() -> str | None:
+    """cuda or mojo: the kind of accelerator this process has, or None on a
+    machine, or a torch build, without one. Touches no device."""
     import torch
 
     accelerator = torch.accelerator.current_accelerator()
-    if accelerator is None or accelerator.type not in ACCELERATOR_TYPES:
-        return None
-    return torch.device(accelerator.type, torch.accelerator.current_device_index())
+    return accelerator.type if accelerator is not None and accelerator.type in ACCELERATOR_TYPES else None
+
+
+def current_accelerator():
+    """This process's accelerator device, at its current index (which
+    initialises the device: call it once the GPU is chosen), or None."""
+    import torch
+
+    kind = accelerator_type()
+    return torch.device(kind, torch.accelerator.current_device_index()) if kind else None
 
 
 # libfabric's C API, for its version and providers (fabric.h, stable in 1.x).
