@@ -901,8 +901,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::reduce_scatter_tensor_coalesced
                                            reduceOpName(opts.reduceOp.op_))
                                 : c10::str("reduce_scatter_tensor_coalesced ", inputs.size(),
                                            " tensors ", reduceOpName(opts.reduceOp.op_));
+  // A coalesced batch is COALESCED, as for all-gathers: torch before 2.13
+  // has no REDUCE_SCATTER_TENSOR_COALESCED, and the GPU machines run 2.11.
   return enqueue(
-      inputs.size() == 1 ? OpType::_REDUCE_SCATTER_BASE : OpType::REDUCE_SCATTER_TENSOR_COALESCED,
+      inputs.size() == 1 ? OpType::_REDUCE_SCATTER_BASE : OpType::COALESCED,
       inputs.size() == 1 ? "nccl:_reduce_scatter_base" : "nccl:reduce_scatter_tensor_coalesced",
       description, inputs, outputs,
       [comm = communicatorFor(buffers[0]), sources, buffers, op] {
