@@ -33,6 +33,7 @@ def test_collectives_on_device_streams(device_env):
     results = run_worker("device", 2, "collectives", env=device_env, timeout=240)
     assert_checked(results, "libnccl_on_streams.so", "nccl version 100")
     assert all("ok send/recv ring" in result.stdout for result in results)
+    assert "ok send-only batch" in results[1].stdout
 
 
 def test_libmojoccl_moves_device_memory_through_host_buffers(device_env):

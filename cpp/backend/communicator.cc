@@ -2,57 +2,78 @@
 
 namespace torch_mojo {
 
+Communicator::Communicator(std::shared_ptr<CclLibrary> library, ncclStream_t stream)
+    : library_(std::move(library)),
+      stream_(stream),
+      // NCCL and RCCL free the communicator in ncclCommAbort and return from
+      // every other call at once: a call must not race with the abort, so
+      // both take a lock. libmojoccl keeps an aborted communicator for late
+      // calls, and its calls wait for their peers: the abort must reach a
+      // call in progress, so it takes none.
+      abortFreesComm_(library_->kind() != "mojoccl") {}
+
 ncclUniqueId Communicator::newUniqueId() const {
   ncclUniqueId id{};
-  check(api().getUniqueId(&id), "ncclGetUniqueId");
+  library_->check(api().getUniqueId(&id), "ncclGetUniqueId", nullptr);
   return id;
 }
 
 void Communicator::init(const ncclUniqueId& id, int size, int rank) {
-  check(api().commInitRank(&comm_, size, id, rank), "ncclCommInitRank");
+  library_->check(api().commInitRank(&comm_, size, id, rank), "ncclCommInitRank", comm_);
+}
+
+template <typename Call>
+void Communicator::run(const char* name, Call&& call) {
+  std::unique_lock<std::mutex> lock(mutex_, std::defer_lock);
+  if (abortFreesComm_) lock.lock();
+  if (aborted_) throw CclError(ncclInternalError, std::string(name) + " failed: the communicator was aborted");
+  library_->check(call(), name, comm_);
 }
 
 void Communicator::allReduce(const void* send, void* recv, size_t count, ncclDataType_t type,
                              ncclRedOp_t op) {
-  check(api().allReduce(send, recv, count, type, op, comm_, stream_), "ncclAllReduce");
+  run("ncclAllReduce", [&] { return api().allReduce(send, recv, count, type, op, comm_, stream_); });
 }
 
 void Communicator::reduce(const void* send, void* recv, size_t count, ncclDataType_t type,
                           ncclRedOp_t op, int root) {
-  check(api().reduce(send, recv, count, type, op, root, comm_, stream_), "ncclReduce");
+  run("ncclReduce", [&] { return api().reduce(send, recv, count, type, op, root, comm_, stream_); });
 }
 
 void Communicator::broadcast(const void* send, void* recv, size_t count, ncclDataType_t type,
                              int root) {
-  check(api().broadcast(send, recv, count, type, root, comm_, stream_), "ncclBroadcast");
+  run("ncclBroadcast", [&] { return api().broadcast(send, recv, count, type, root, comm_, stream_); });
 }
 
 void Communicator::allGather(const void* send, void* recv, size_t sendCount, ncclDataType_t type) {
-  check(api().allGather(send, recv, sendCount, type, comm_, stream_), "ncclAllGather");
+  run("ncclAllGather", [&] { return api().allGather(send, recv, sendCount, type, comm_, stream_); });
 }
 
 void Communicator::reduceScatter(const void* send, void* recv, size_t recvCount,
                                  ncclDataType_t type, ncclRedOp_t op) {
-  check(api().reduceScatter(send, recv, recvCount, type, op, comm_, stream_), "ncclReduceScatter");
+  run("ncclReduceScatter",
+      [&] { return api().reduceScatter(send, recv, recvCount, type, op, comm_, stream_); });
 }
 
 void Communicator::send(const void* data, size_t count, ncclDataType_t type, int peer) {
-  check(api().send(data, count, type, peer, comm_, stream_), "ncclSend");
+  run("ncclSend", [&] { return api().send(data, count, type, peer, comm_, stream_); });
 }
 
 void Communicator::recv(void* data, size_t count, ncclDataType_t type, int peer) {
-  check(api().recv(data, count, type, peer, comm_, stream_), "ncclRecv");
+  run("ncclRecv", [&] { return api().recv(data, count, type, peer, comm_, stream_); });
 }
 
 void Communicator::group(const std::function<void()>& calls) {
-  check(api().groupStart(), "ncclGroupStart");
+  run("ncclGroupStart", [&] { return api().groupStart(); });
   calls();
-  check(api().groupEnd(), "ncclGroupEnd");
+  run("ncclGroupEnd", [&] { return api().groupEnd(); });
 }
 
-std::string Communicator::asyncError() const {
+std::string Communicator::asyncError() {
+  std::unique_lock<std::mutex> lock(mutex_, std::defer_lock);
+  if (abortFreesComm_) lock.lock();
   ncclResult_t state = ncclSuccess;
-  if (comm_ == nullptr || api().commGetAsyncError(comm_, &state) != ncclSuccess ||
+  if (comm_ == nullptr || aborted_ || api().commGetAsyncError(comm_, &state) != ncclSuccess ||
       state == ncclSuccess || state == ncclInProgress)
     return "";
   const char* details = api().getLastError(comm_);
@@ -60,6 +81,8 @@ std::string Communicator::asyncError() const {
 }
 
 void Communicator::abort() {
+  std::unique_lock<std::mutex> lock(mutex_, std::defer_lock);
+  if (abortFreesComm_) lock.lock();
   if (comm_ != nullptr && !aborted_.exchange(true)) api().commAbort(comm_);
 }
 

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "backend/ccl_library.h"
@@ -17,8 +18,7 @@ namespace torch_mojo {
 
 class Communicator {
  public:
-  Communicator(std::shared_ptr<CclLibrary> library, ncclStream_t stream = nullptr)
-      : library_(std::move(library)), stream_(stream) {}
+  Communicator(std::shared_ptr<CclLibrary> library, ncclStream_t stream = nullptr);
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
@@ -26,7 +26,8 @@ class Communicator {
   ncclUniqueId newUniqueId() const;
   void init(const ncclUniqueId& id, int size, int rank);
 
-  // Each throws CclError naming the call when the library refuses it.
+  // Each throws CclError naming the call when the library refuses it, or
+  // when the communicator was aborted.
   void allReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op);
   void reduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
               int root);
@@ -42,7 +43,7 @@ class Communicator {
 
   // An error the library met on its own since the last call (a broken
   // connection, a device fault), or "" while all is well.
-  std::string asyncError() const;
+  std::string asyncError();
   // Ends a call in progress on another thread (the library returns soon);
   // an aborted communicator is not destroyed again.
   void abort();
@@ -53,12 +54,16 @@ class Communicator {
   ncclStream_t stream() const { return stream_; }
 
  private:
-  void check(ncclResult_t result, const char* call) const { library_->check(result, call, comm_); }
+  // One library call, unless the communicator was aborted.
+  template <typename Call>
+  void run(const char* name, Call&& call);
   const CclApi& api() const { return library_->api(); }
 
   std::shared_ptr<CclLibrary> library_;
   ncclStream_t stream_;
   ncclComm_t comm_ = nullptr;
+  std::mutex mutex_;
+  const bool abortFreesComm_;
   std::atomic<bool> aborted_{false};
 };
 

@@ -434,15 +434,22 @@ ProcessGroupMojo::Job ProcessGroupMojo::makeJob(OpType type, const char* profili
                                                 const std::vector<at::Tensor>& inputs,
                                                 std::vector<at::Tensor> outputs,
                                                 std::function<void()> issue,
-                                                std::function<void()> finish, int peer) {
+                                                std::function<void()> finish, int peer,
+                                                Communicator* comm) {
   const uint64_t sequence = ++sequence_;
-  auto onDevice = [this](const at::Tensor& tensor) { return tensor.device() == device_->device; };
-  const bool deviceJob = device_ && (std::any_of(inputs.begin(), inputs.end(), onDevice) ||
-                                     std::any_of(outputs.begin(), outputs.end(), onDevice));
+  if (comm == nullptr) {
+    comm = !inputs.empty() ? communicatorFor(inputs[0])
+           : !outputs.empty() ? communicatorFor(outputs[0])
+                              : host_.get();
+  }
+  const bool deviceJob = device_ && comm == device_->comm.get();
   auto work = c10::make_intrusive<WorkMojo>(
       rank_, type, sequence, c10::str("#", sequence, " (", description, ")"), profilingName, inputs,
       outputs, deviceJob ? std::optional<c10::Device>(device_->device) : std::nullopt);
-  Job job{work, std::move(issue), std::move(finish), {}, std::make_shared<CompletionEvent>(), {}, {}};
+  Job job{work, std::move(issue), std::move(finish), {}, std::make_shared<CompletionEvent>(), {}};
+  job.comm = comm;
+  job.trace = Trace{sequence, description, Clock::now(), Trace::State::Queued,
+                    deviceJob ? device_->device.str() : "cpu"};
   if (deviceJob) {
     // The job runs after what the caller's current stream holds now, its
     // own preparation (contiguous copies, buffers) included.
@@ -464,8 +471,7 @@ ProcessGroupMojo::Job ProcessGroupMojo::makeJob(OpType type, const char* profili
   std::lock_guard<std::mutex> lock(mutex_);
   status_->lastEnqueuedSeq = static_cast<int64_t>(sequence);
   status_->lastEnqueuedWorkName = name;
-  history_.push_back(Trace{sequence, description, Clock::now(), Trace::State::Queued,
-                           deviceJob ? device_->device.str() : "cpu"});
+  history_.push_back(job.trace);
   if (history_.size() > 8) history_.pop_front();
   return job;
 }
@@ -521,10 +527,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::endCoalescing() {
     members.push_back(job.work);
     for (const auto& tensor : job.work->result()) outputs.push_back(tensor);
   }
-  Communicator* comm = outputs.empty() ? host_.get() : communicatorFor(outputs[0]);
-  for (const auto& tensor : outputs)
-    TORCH_CHECK_VALUE(communicatorFor(tensor) == comm, "a coalesced batch mixes ",
-                      outputs[0].device(), " and ", tensor.device(),
+  // Its members' communicator, whose outputs it has (a batch of sends has
+  // none): all members must use the same.
+  Communicator* comm = jobs->empty() ? host_.get() : jobs->front().comm;
+  for (const auto& job : *jobs)
+    TORCH_CHECK_VALUE(job.comm == comm, "a coalesced batch mixes ", jobs->front().trace.device,
+                      " and ", job.trace.device,
                       " tensors; the tensors of one batch must all be on one device");
   // One library group: sends and receives of the batch progress together.
   Job batch = makeJob(
@@ -538,8 +546,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::endCoalescing() {
       [jobs] {
         for (auto& job : *jobs)
           if (job.finish) job.finish();
-      });
+      },
+      -1, comm);
   batch.members = std::move(members);
+  batch.batch = jobs;
   return submit(std::move(batch));
 }
 
@@ -555,6 +565,7 @@ void ProcessGroupMojo::runJob(Job& job) {
 void ProcessGroupMojo::startRunning(const Job& job) {
   running_ = true;
   runningSequence_ = job.work->getSequencenumber();
+  runningTrace_ = job.trace;
   if (Trace* trace = traceOf(runningSequence_)) trace->state = Trace::State::Running;
   status_->lastStartedSeq = static_cast<int64_t>(runningSequence_);
 }
@@ -563,6 +574,11 @@ ProcessGroupMojo::Trace* ProcessGroupMojo::traceOf(uint64_t sequence) {
   for (auto& trace : history_)
     if (trace.sequence == sequence) return &trace;
   return nullptr;
+}
+
+ProcessGroupMojo::Trace ProcessGroupMojo::traceOf(const Job& job) {
+  const Trace* recorded = traceOf(job.work->getSequencenumber());
+  return recorded != nullptr ? *recorded : job.trace;
 }
 
 void ProcessGroupMojo::issueOnDevice(Job& job) {
@@ -591,8 +607,14 @@ void ProcessGroupMojo::execute(Job& job) {
   if (job.ready && !error) {
     // Enqueued on the stream: the caller may go on; the job (and the
     // tensors it holds) waits in flight until the stream passes its end.
-    for (auto& member : job.members) member->issued(nullptr, device_->stream);
-    job.work->issued(nullptr, device_->stream);
+    try {
+      for (auto& member : job.members) member->issued(nullptr, device_->stream);
+      job.work->issued(nullptr, device_->stream);
+    } catch (...) {
+      error = std::current_exception();  // a device error recording the future's event
+    }
+  }
+  if (job.ready && !error) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       running_ = false;
@@ -601,10 +623,13 @@ void ProcessGroupMojo::execute(Job& job) {
     workAvailable_.notify_one();
     return;
   }
+  bool stopping;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     running_ = false;
+    stopping = stopping_;
   }
+  if (stopping) workAvailable_.notify_one();  // a worker waiting to stop waits for this job
   retire(job, error);
 }
 
@@ -616,15 +641,26 @@ void ProcessGroupMojo::pollDevice() {
       std::lock_guard<std::mutex> lock(mutex_);
       if (inFlight_.empty()) return;
       // One stream: jobs end in the order they were enqueued.
-      if (!inFlight_.front().work->end().query()) {
-        const std::string failure = device_->comm->asyncError();
-        if (failure.empty()) return;
+      std::string failure;
+      try {
+        if (!inFlight_.front().work->end().query()) {
+          if (aborted_) return;  // the worker retires what is left as it stops
+          failure = device_->comm->asyncError();
+          if (failure.empty()) return;  // still running
+        }
+      } catch (const std::exception& deviceError) {
+        failure = deviceError.what();  // a device fault, reported by the runtime
+      }
+      if (!failure.empty()) {
         fatalError_ = c10::str(device_->comm->library().kind(), " reported an error: ", failure);
         error = distBackendError(fatalError_);
       }
       job = std::move(inFlight_.front());
       inFlight_.pop_front();
     }
+    // As ProcessGroupNCCL does: the kernels still queued behind a failed
+    // collective are stopped before their tensors are released.
+    if (error) device_->comm->abort();
     retire(job, error);
   }
 }
@@ -632,12 +668,22 @@ void ProcessGroupMojo::pollDevice() {
 void ProcessGroupMojo::retire(Job& job, std::exception_ptr error) {
   job.done->done.store(true);
   flight_recorder::retire(job.recordId);
+  if (job.batch) {
+    for (auto& member : *job.batch) {
+      member.done->done.store(true);
+      flight_recorder::retire(member.recordId);
+    }
+  }
   bool queued;
   {
     std::unique_lock<std::mutex> lock(mutex_);
     const uint64_t sequence = job.work->getSequencenumber();
+    const auto ended = error ? Trace::State::Failed : Trace::State::Completed;
     Trace* trace = traceOf(sequence);
-    if (trace != nullptr) trace->state = error ? Trace::State::Failed : Trace::State::Completed;
+    if (trace != nullptr) trace->state = ended;
+    if (job.batch)
+      for (const auto& member : *job.batch)
+        if (Trace* memberTrace = traceOf(member.work->getSequencenumber())) memberTrace->state = ended;
     status_->lastCompletedSeq = static_cast<int64_t>(sequence);
     if (!fatalError_.empty() && watched_) {
       // The ranks are out of step: the watchdog reports it (and, in its
@@ -660,6 +706,9 @@ void ProcessGroupMojo::retire(Job& job, std::exception_ptr error) {
 void ProcessGroupMojo::workerLoop() {
   // How often device jobs in flight are checked for their end.
   constexpr auto kDevicePoll = std::chrono::milliseconds(1);
+  // This thread's device, once: runtimes that restore "the current device"
+  // after an event call would otherwise make one on device 0.
+  if (device_) c10::impl::VirtualGuardImpl(device_->device.type()).uncheckedSetDevice(device_->device);
   while (true) {
     pollDevice();
     Job job;
@@ -675,7 +724,15 @@ void ProcessGroupMojo::workerLoop() {
         workAvailable_.wait(lock, [&] { return wake() || !inFlight_.empty(); });
       else
         workAvailable_.wait_for(lock, kDevicePoll, wake);
-      if (finished()) return;
+      if (finished()) {
+        // After an abort, what is still in flight ends with the abort's reason.
+        std::deque<Job> abandoned;
+        abandoned.swap(inFlight_);
+        fatalError_.clear();  // the abort has decided already: nothing left to report
+        lock.unlock();
+        for (auto& left : abandoned) retire(left, distBackendError(abortReason_));
+        return;
+      }
       if (!runnable()) continue;
       job = std::move(queue_.front());
       queue_.pop_front();
@@ -691,11 +748,14 @@ ProcessGroupMojo::Health ProcessGroupMojo::health() {
   const bool running = running_ || !inFlight_.empty();
   Health health{running,  running || !queue_.empty(), {},     {history_.begin(), history_.end()},
                 failure_, failed_,                    timeout_.load()};
-  const uint64_t current = !inFlight_.empty() ? inFlight_.front().work->getSequencenumber()
-                           : running_         ? runningSequence_
-                           : queue_.empty()   ? 0
-                                              : queue_.front().work->getSequencenumber();
-  if (Trace* trace = traceOf(current)) health.current = *trace;
+  if (!inFlight_.empty()) {
+    health.current = traceOf(inFlight_.front());
+  } else if (running_) {
+    const Trace* recorded = traceOf(runningSequence_);
+    health.current = recorded != nullptr ? *recorded : runningTrace_;
+  } else if (!queue_.empty()) {
+    health.current = traceOf(queue_.front());
+  }
   return health;
 }
 
@@ -1246,6 +1306,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::barrier(const c10d::BarrierOpti
   }
   at::Tensor token = at::zeros({1}, at::TensorOptions().dtype(at::kByte));
   return enqueue(OpType::BARRIER, "nccl:barrier", "barrier", {}, {token}, [this, token] {
+    // The group's device collectives issued before it end first.
+    if (device_) device_->stream.synchronize();
     host_->allReduce(token.data_ptr(), token.data_ptr(), 1, ncclUint8, ncclSum);
   }, nullptr, !opts.asyncOp);
 }

@@ -235,8 +235,13 @@ class ProcessGroupMojo : public c10d::Backend {
     std::vector<c10::intrusive_ptr<WorkMojo>> members;  // a coalesced batch's own Works
     std::shared_ptr<CompletionEvent> done;              // what the flight recorder watches
     std::optional<size_t> recordId;
+    Communicator* comm = nullptr;  // the host's or the device's
     // Device jobs: the caller's stream reached the job (recorded at issue).
     std::shared_ptr<c10::Event> ready;
+    // What the watchdog reports, also once the short history has moved on.
+    Trace trace;
+    // A coalesced batch's member jobs (their records end with the batch).
+    std::shared_ptr<std::vector<Job>> batch;
   };
   // The accelerator's communicator and the stream its collectives run on.
   struct DeviceChannel {
@@ -247,9 +252,11 @@ class ProcessGroupMojo : public c10d::Backend {
 
   // `profilingName` is NCCL's name for the call ("nccl:all_reduce"): what
   // the profiler and the flight recorder's analyser know.
+  // `comm`: the communicator it uses; by default the one of its tensors.
   Job makeJob(c10d::OpType type, const char* profilingName, const std::string& description,
               const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs,
-              std::function<void()> issue, std::function<void()> finish, int peer = -1);
+              std::function<void()> issue, std::function<void()> finish, int peer = -1,
+              Communicator* comm = nullptr);
   // Queues a job behind earlier ones (or into the open coalesced batch); a
   // synchronous one on an idle group runs at once on the caller's thread.
   c10::intrusive_ptr<c10d::Work> submit(Job job, bool synchronous = false);
@@ -271,6 +278,7 @@ class ProcessGroupMojo : public c10d::Backend {
   // Retires the device jobs the stream has passed; notes a library error.
   void pollDevice();
   Trace* traceOf(uint64_t sequence);  // with mutex_ held
+  Trace traceOf(const Job& job);      // with mutex_ held: the history's, else the job's own
   void createCommunicator(Communicator& comm, c10d::Store& store, const std::string& key);
   void stopThreads();
   void closeCommunicators();
@@ -320,6 +328,7 @@ class ProcessGroupMojo : public c10d::Backend {
   std::string abortReason_;
   bool running_ = false;
   uint64_t runningSequence_ = 0;
+  Trace runningTrace_;
   std::deque<Trace> history_;     // the last collectives issued
   std::string fatalError_;        // set by classify() on the running job's thread
   std::string failure_;           // a fatal error, until the watchdog reports it

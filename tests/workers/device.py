@@ -89,6 +89,17 @@ def collectives(rank, size, device):
         for work in dist.batch_isend_irecv(ops):
             work.wait()
         check("send/recv ring", received, torch.full((n,), float((rank - 1) % size)))
+        # A batch that only sends (a pipeline's first stage) is ordered after
+        # the caller's stream like any other.
+        if rank == 0:
+            payload = torch.full((n,), 42.0, device=device)
+            for work in dist.batch_isend_irecv([dist.P2POp(dist.isend, payload, 1)]):
+                work.wait()
+        elif rank == 1:
+            got = torch.empty(n, device=device)
+            for work in dist.batch_isend_irecv([dist.P2POp(dist.irecv, got, 0)]):
+                work.wait()
+            check("send-only batch", got, torch.full((n,), 42.0))
 
     # Stream order: the collective sees what the current stream computed
     # before it, and work on the current stream after wait() sees its result.
