@@ -586,7 +586,16 @@ void ProcessGroupMojo::issueOnDevice(Job& job) {
   c10::DeviceGuard onDevice(device_->device);
   c10::StreamGuard onStream(stream);  // the copies of `finish` go on it too
   job.ready->block(stream);
-  runJob(job);
+  try {
+    runJob(job);
+  } catch (...) {
+    // Calls enqueued before the failure (a group's first ones) still use the
+    // job's tensors: they go only once the stream has passed them. A stream
+    // that never gets there is the watchdog's, as this job is running.
+    job.work->end().record(stream);
+    job.work->end().synchronize();
+    throw;
+  }
   for (auto& member : job.members) member->end().record(stream);
   job.work->end().record(stream);
 }
