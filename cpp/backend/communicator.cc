@@ -26,7 +26,8 @@ template <typename Call>
 void Communicator::run(const char* name, Call&& call) {
   std::unique_lock<std::mutex> lock(mutex_, std::defer_lock);
   if (abortFreesComm_) lock.lock();
-  if (aborted_) throw CclError(ncclInternalError, std::string(name) + " failed: the communicator was aborted");
+  if (aborted_)
+    throw CclError(ncclInternalError, std::string(name) + " failed: the communicator was aborted");
   library_->check(call(), name, comm_);
 }
 

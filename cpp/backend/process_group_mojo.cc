@@ -252,11 +252,7 @@ void WorkMojo::synchronize() {
   end_->block(guard.getStream(*device_));
 }
 
-void WorkMojo::issued(std::exception_ptr error, const c10::Stream& stream) {
-  if (error) {
-    complete(error);
-    return;
-  }
+void WorkMojo::issued(const c10::Stream& stream) {
   {
     // The future's event goes on the stream the collective runs on.
     c10::StreamGuard onStream(stream);
@@ -283,7 +279,8 @@ void WorkMojo::complete(std::exception_ptr error) {
 
 ProcessGroupMojo::ProcessGroupMojo(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                    int size, std::chrono::milliseconds timeout,
-                                   std::vector<uint64_t> globalRanks, std::optional<AcceleratorSetup> accelerator)
+                                   std::vector<uint64_t> globalRanks,
+                                   std::optional<AcceleratorSetup> accelerator)
     : Backend(rank, size),
       accelerator_(std::move(accelerator)),
       timeout_(timeout),
@@ -313,8 +310,8 @@ ProcessGroupMojo::ProcessGroupMojo(const c10::intrusive_ptr<c10d::Store>& store,
       library = std::make_shared<CclLibrary>(accelerator_->libraryPath, accelerator_->libraryKind);
     } catch (const std::exception& error) {
       TORCH_CHECK(false, error.what(), " (it was found for ", device.str(),
-                  " tensors; set TORCH_MOJO_BACKEND_", accelerator_->libraryKind == "rccl" ? "RCCL" : "NCCL",
-                  "_LIB to a working library)");
+                  " tensors; set TORCH_MOJO_BACKEND_",
+                  accelerator_->libraryKind == "rccl" ? "RCCL" : "NCCL", "_LIB to a working library)");
     }
     c10::DeviceGuard onDevice(device);
     c10::impl::VirtualGuardImpl guard(device.type());
@@ -417,12 +414,12 @@ c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupMojo::getBackendOptions()
 
 namespace {
 
-void sendTensor(Communicator* comm, const at::Tensor& tensor, int peer) {
-  comm->send(tensor.data_ptr(), tensor.numel(), ncclDatatypeOf(tensor), peer);
+void sendTensor(Communicator& comm, const at::Tensor& tensor, int peer) {
+  comm.send(tensor.data_ptr(), tensor.numel(), ncclDatatypeOf(tensor), peer);
 }
 
-void recvTensor(Communicator* comm, const at::Tensor& tensor, int peer) {
-  comm->recv(tensor.data_ptr(), tensor.numel(), ncclDatatypeOf(tensor), peer);
+void recvTensor(Communicator& comm, const at::Tensor& tensor, int peer) {
+  comm.recv(tensor.data_ptr(), tensor.numel(), ncclDatatypeOf(tensor), peer);
 }
 
 }  // namespace
@@ -433,7 +430,7 @@ ProcessGroupMojo::Job ProcessGroupMojo::makeJob(OpType type, const char* profili
                                                 const std::string& description,
                                                 const std::vector<at::Tensor>& inputs,
                                                 std::vector<at::Tensor> outputs,
-                                                std::function<void()> issue,
+                                                std::function<void(Communicator&)> issue,
                                                 std::function<void()> finish, int peer,
                                                 Communicator* comm) {
   const uint64_t sequence = ++sequence_;
@@ -505,7 +502,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::submit(Job job, bool synchronou
 c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::enqueue(
     OpType type, const char* profilingTitle, const std::string& description,
     const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs,
-    std::function<void()> issue, std::function<void()> finish, bool synchronous, int peer) {
+    std::function<void(Communicator&)> issue, std::function<void()> finish, bool synchronous,
+    int peer) {
   return submit(makeJob(type, profilingTitle, description, inputs, std::move(outputs),
                         std::move(issue), std::move(finish), peer),
                 synchronous);
@@ -538,9 +536,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::endCoalescing() {
   Job batch = makeJob(
       OpType::COALESCED, "nccl:coalesced", c10::str("coalesced batch of ", jobs->size()), {},
       outputs,
-      [comm, jobs] {
-        comm->group([&] {
-          for (auto& job : *jobs) job.issue();
+      [jobs](Communicator& comm) {
+        comm.group([&] {
+          for (auto& job : *jobs) job.issue(comm);
         });
       },
       [jobs] {
@@ -558,7 +556,7 @@ void ProcessGroupMojo::runJob(Job& job) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (aborted_) std::rethrow_exception(distBackendError(abortReason_));
   }
-  job.issue();
+  job.issue(*job.comm);
   if (job.finish) job.finish();
 }
 
@@ -617,8 +615,8 @@ void ProcessGroupMojo::execute(Job& job) {
     // Enqueued on the stream: the caller may go on; the job (and the
     // tensors it holds) waits in flight until the stream passes its end.
     try {
-      for (auto& member : job.members) member->issued(nullptr, device_->stream);
-      job.work->issued(nullptr, device_->stream);
+      for (auto& member : job.members) member->issued(device_->stream);
+      job.work->issued(device_->stream);
     } catch (...) {
       error = std::current_exception();  // a device error recording the future's event
     }
@@ -886,8 +884,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::allreduce(std::vector<at::Tenso
   return enqueue(
       OpType::ALLREDUCE, "nccl:all_reduce",
       describe("all_reduce", tensor, reduceOpName(opts.reduceOp.op_)), tensors, tensors,
-      [comm = communicatorFor(buffer), buffer, op] {
-        comm->allReduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), ncclDatatypeOf(buffer),
+      [buffer, op](Communicator& comm) {
+        comm.allReduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), ncclDatatypeOf(buffer),
                         op);
       },
       [tensor, buffer] { copyBack(tensor, buffer); }, !opts.asyncOp);
@@ -905,8 +903,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::allreduce_coalesced(
   return enqueue(
       OpType::ALLREDUCE_COALESCED, "nccl:allreduce_coalesced",
       describe("allreduce_coalesced", buffer, reduceOpName(opts.reduceOp.op_)), tensors, tensors,
-      [comm = communicatorFor(buffer), buffer, op] {
-        comm->allReduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), ncclDatatypeOf(buffer),
+      [buffer, op](Communicator& comm) {
+        comm.allReduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), ncclDatatypeOf(buffer),
                         op);
       },
       [tensors, buffer] {
@@ -931,8 +929,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::reduce(std::vector<at::Tensor>&
       OpType::REDUCE, "nccl:reduce",
       describe("reduce", tensor, c10::str(reduceOpName(opts.reduceOp.op_), " root ", root).c_str()),
       tensors, tensors,
-      [comm = communicatorFor(buffer), buffer, op, root] {
-        comm->reduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), ncclDatatypeOf(buffer), op,
+      [buffer, op, root](Communicator& comm) {
+        comm.reduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), ncclDatatypeOf(buffer), op,
                      root);
       },
       [tensor, buffer] { copyBack(tensor, buffer); }, !opts.asyncOp);
@@ -976,9 +974,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::reduce_scatter_tensor_coalesced
       inputs.size() == 1 ? OpType::_REDUCE_SCATTER_BASE : OpType::COALESCED,
       inputs.size() == 1 ? "nccl:_reduce_scatter_base" : "nccl:reduce_scatter_tensor_coalesced",
       description, inputs, outputs,
-      [comm = communicatorFor(buffers[0]), sources, buffers, op] {
+      [sources, buffers, op](Communicator& comm) {
         for (size_t i = 0; i < sources.size(); ++i)
-          comm->reduceScatter(sources[i].data_ptr(), buffers[i].data_ptr(), buffers[i].numel(),
+          comm.reduceScatter(sources[i].data_ptr(), buffers[i].data_ptr(), buffers[i].numel(),
                               ncclDatatypeOf(buffers[i]), op);
       },
       [outputs, buffers] {
@@ -1013,8 +1011,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::broadcast(std::vector<at::Tenso
   return enqueue(
       OpType::BROADCAST, "nccl:broadcast",
       describe("broadcast", tensor, c10::str("root ", root).c_str()), tensors, tensors,
-      [comm = communicatorFor(buffer), buffer, root] {
-        comm->broadcast(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), ncclDatatypeOf(buffer),
+      [buffer, root](Communicator& comm) {
+        comm.broadcast(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), ncclDatatypeOf(buffer),
                         root);
       },
       [tensor, buffer] { copyBack(tensor, buffer); }, !opts.asyncOp);
@@ -1054,9 +1052,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::allgather_into_tensor_coalesced
       inputs.size() == 1 ? OpType::_ALLGATHER_BASE : OpType::COALESCED,
       inputs.size() == 1 ? "nccl:_all_gather_base" : "nccl:all_gather_into_tensor_coalesced",
       description, inputs, outputs,
-      [comm = communicatorFor(buffers[0]), sources, buffers] {
+      [sources, buffers](Communicator& comm) {
         for (size_t i = 0; i < sources.size(); ++i)
-          comm->allGather(sources[i].data_ptr(), buffers[i].data_ptr(), sources[i].numel(),
+          comm.allGather(sources[i].data_ptr(), buffers[i].data_ptr(), sources[i].numel(),
                           ncclDatatypeOf(sources[i]));
       },
       [outputs, buffers] {
@@ -1095,9 +1093,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::allgather_coalesced(
       inputs.size() == 1 ? describe("all_gather", inputs[0])
                          : c10::str("allgather_coalesced ", inputs.size(), " tensors"),
       inputs, targets,
-      [comm = communicatorFor(gathered[0]), sources, gathered] {
+      [sources, gathered](Communicator& comm) {
         for (size_t i = 0; i < sources.size(); ++i)
-          comm->allGather(sources[i].data_ptr(), gathered[i].data_ptr(), sources[i].numel(),
+          comm.allGather(sources[i].data_ptr(), gathered[i].data_ptr(), sources[i].numel(),
                           ncclDatatypeOf(sources[i]));
       },
       [targets, gathered, sources, size] {
@@ -1126,7 +1124,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::gather(
     TORCH_CHECK_VALUE(outputs.empty() || outputs[0].empty(),
                       "gather: only the root (rank ", root, ") passes a gather list");
     return enqueue(OpType::GATHER, "nccl:gather", describe("gather", input, c10::str("root ", root).c_str()),
-                   inputs, {}, [comm = communicatorFor(source), source, root] { sendTensor(comm, source, root); });
+                   inputs, {},
+                   [source, root](Communicator& comm) { sendTensor(comm, source, root); });
   }
   TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
                     "gather: the root needs a gather list of ", size_, " tensors (one per rank)");
@@ -1138,8 +1137,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::gather(
   return enqueue(
       OpType::GATHER, "nccl:gather", describe("gather", input, c10::str("root ", root).c_str()),
       inputs, targets,
-      [comm = communicatorFor(input), buffers, root] {
-        comm->group([&] {
+      [buffers, root](Communicator& comm) {
+        comm.group([&] {
           for (size_t peer = 0; peer < buffers.size(); ++peer)
             if (static_cast<int>(peer) != root) recvTensor(comm, buffers[peer], peer);
         });
@@ -1162,7 +1161,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::scatter(
                       "scatter: only the root (rank ", root, ") passes a scatter list");
     return enqueue(
         OpType::SCATTER, "nccl:scatter", describe("scatter", output, c10::str("root ", root).c_str()),
-        {}, outputs, [comm = communicatorFor(buffer), buffer, root] { recvTensor(comm, buffer, root); },
+        {}, outputs, [buffer, root](Communicator& comm) { recvTensor(comm, buffer, root); },
         [output, buffer] { copyBack(output, buffer); });
   }
   TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
@@ -1175,8 +1174,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::scatter(
   return enqueue(
       OpType::SCATTER, "nccl:scatter", describe("scatter", output, c10::str("root ", root).c_str()),
       inputs[0], outputs,
-      [comm = communicatorFor(output), sources, root] {
-        comm->group([&] {
+      [sources, root](Communicator& comm) {
+        comm.group([&] {
           for (size_t peer = 0; peer < sources.size(); ++peer)
             if (static_cast<int>(peer) != root) sendTensor(comm, sources[peer], peer);
         });
@@ -1227,8 +1226,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::alltoall_base(
   return enqueue(
       OpType::ALLTOALL_BASE, "nccl:all_to_all_single", describe("all_to_all_single", input),
       {input}, {output},
-      [this, comm = communicatorFor(input), sendParts, recvParts] {
-        comm->group([&] {
+      [this, sendParts, recvParts](Communicator& comm) {
+        comm.group([&] {
           for (int peer = 0; peer < size_; ++peer) {
             if (peer == rank_) continue;
             sendTensor(comm, sendParts[peer], peer);
@@ -1260,8 +1259,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::alltoall(std::vector<at::Tensor
   return enqueue(
       OpType::ALLTOALL, "nccl:all_to_all", c10::str("all_to_all ", size_, " tensors"), inputs,
       outputs,
-      [this, comm = communicatorFor(inputs[0]), sources, buffers] {
-        comm->group([&] {
+      [this, sources, buffers](Communicator& comm) {
+        comm.group([&] {
           for (int peer = 0; peer < size_; ++peer) {
             if (peer == rank_) continue;
             sendTensor(comm, sources[peer], peer);
@@ -1283,7 +1282,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::send(std::vector<at::Tensor>& t
   checkRoot(dstRank, size_, "send: destination");
   at::Tensor source = tensor.contiguous();
   return enqueue(OpType::SEND, "nccl:send", describe("send", tensor, c10::str("to ", dstRank).c_str()),
-                 tensors, {}, [comm = communicatorFor(source), source, dstRank] { sendTensor(comm, source, dstRank); },
+                 tensors, {},
+                 [source, dstRank](Communicator& comm) { sendTensor(comm, source, dstRank); },
                  nullptr,
                  false, dstRank);
 }
@@ -1295,7 +1295,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::recv(std::vector<at::Tensor>& t
   at::Tensor buffer = writableBuffer(tensor);
   return enqueue(
       OpType::RECV, "nccl:recv", describe("recv", tensor, c10::str("from ", srcRank).c_str()), {},
-      tensors, [comm = communicatorFor(buffer), buffer, srcRank] { recvTensor(comm, buffer, srcRank); },
+      tensors, [buffer, srcRank](Communicator& comm) { recvTensor(comm, buffer, srcRank); },
       [tensor, buffer] { copyBack(tensor, buffer); }, false, srcRank);
 }
 
@@ -1314,11 +1314,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::barrier(const c10d::BarrierOpti
     guard.getStream(device_->device).synchronize();
   }
   at::Tensor token = at::zeros({1}, at::TensorOptions().dtype(at::kByte));
-  return enqueue(OpType::BARRIER, "nccl:barrier", "barrier", {}, {token}, [this, token] {
+  auto issue = [this, token](Communicator& comm) {
     // The group's device collectives issued before it end first.
     if (device_) device_->stream.synchronize();
-    host_->allReduce(token.data_ptr(), token.data_ptr(), 1, ncclUint8, ncclSum);
-  }, nullptr, !opts.asyncOp);
+    comm.allReduce(token.data_ptr(), token.data_ptr(), 1, ncclUint8, ncclSum);
+  };
+  return enqueue(OpType::BARRIER, "nccl:barrier", "barrier", {}, {token}, issue, nullptr,
+                 !opts.asyncOp);
 }
 
 }  // namespace torch_mojo

@@ -91,8 +91,8 @@ class WorkMojo : public c10d::Work {
   // Device work: recorded on the communication stream after the calls.
   c10::Event& end() { return *end_; }
   // Device work, called once by the worker thread: the calls are enqueued
-  // on `stream` (or failed to be).
-  void issued(std::exception_ptr error, const c10::Stream& stream);
+  // on `stream` (a failure to enqueue them goes to complete()).
+  void issued(const c10::Stream& stream);
   // Called once by the worker thread when the job ends.
   void complete(std::exception_ptr error);
 
@@ -230,7 +230,7 @@ class ProcessGroupMojo : public c10d::Backend {
  private:
   struct Job {
     c10::intrusive_ptr<WorkMojo> work;
-    std::function<void()> issue;   // the library calls
+    std::function<void(Communicator&)> issue;  // the library calls, on the job's communicator
     std::function<void()> finish;  // afterwards: results into place (may be empty)
     std::vector<c10::intrusive_ptr<WorkMojo>> members;  // a coalesced batch's own Works
     std::shared_ptr<CompletionEvent> done;              // what the flight recorder watches
@@ -252,10 +252,11 @@ class ProcessGroupMojo : public c10d::Backend {
 
   // `profilingName` is NCCL's name for the call ("nccl:all_reduce"): what
   // the profiler and the flight recorder's analyser know.
-  // `comm`: the communicator it uses; by default the one of its tensors.
+  // `comm`: the communicator `issue` is given; by default its tensors' (the
+  // one place that decides it).
   Job makeJob(c10d::OpType type, const char* profilingName, const std::string& description,
               const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs,
-              std::function<void()> issue, std::function<void()> finish, int peer = -1,
+              std::function<void(Communicator&)> issue, std::function<void()> finish, int peer = -1,
               Communicator* comm = nullptr);
   // Queues a job behind earlier ones (or into the open coalesced batch); a
   // synchronous one on an idle group runs at once on the caller's thread.
@@ -265,7 +266,7 @@ class ProcessGroupMojo : public c10d::Backend {
                                          const std::string& description,
                                          const std::vector<at::Tensor>& inputs,
                                          std::vector<at::Tensor> outputs,
-                                         std::function<void()> issue,
+                                         std::function<void(Communicator&)> issue,
                                          std::function<void()> finish = nullptr,
                                          bool synchronous = false, int peer = -1);
   void workerLoop();
