@@ -88,19 +88,20 @@ void Comm::openFabric(Bootstrap& bootstrap) {
   // that every rank fails with its message rather than wait for it.
   std::string failure;
   bool trace = false;
+  int timeoutSeconds = 0;
   try {
     if (envChoice("MOJOCCL_NET", "fabric", {"verbs", "fabric"}) == "verbs")
       fail(ncclInvalidUsage,
            "MOJOCCL_NET=verbs: this libmojoccl has no InfiniBand transport of its own; libfabric's "
            "verbs provider serves InfiniBand: set MOJOCCL_NET=fabric MOJOCCL_FABRIC_PROVIDER=verbs");
     trace = envChoice("MOJOCCL_IB_TRACE", "0", {"0", "1"}) == "1";
-    envInt("MOJOCCL_IB_TIMEOUT_S", 60, 1, 86400);
+    timeoutSeconds = static_cast<int>(envInt("MOJOCCL_IB_TIMEOUT_S", 60, 1, 86400));
     LibFabric::get();
   } catch (const Error& error) {
     failure = error.what();
   }
   bootstrap.agreeOnSuccess(failure.empty(), failure);
-  fabric_ = std::make_unique<FabricTransport>(bootstrap, rank_, aborted_);
+  fabric_ = std::make_unique<FabricTransport>(bootstrap, rank_, aborted_, timeoutSeconds);
   fabric_->traceRegistrations(trace);
   if (trace) {
     std::string local;

@@ -68,10 +68,6 @@ def human(size: int) -> str:
 
 # -------------------------------------------------------------- launching
 
-def launched_by_mpi() -> bool:
-    return any(name in os.environ for name in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"))
-
-
 
 # ------------------------------------------------------------ the runners
 
@@ -432,7 +428,7 @@ def main(argv=None):
     from torch_mojo import launcher
 
     mpi_comm = None
-    if launched_by_mpi():
+    if launcher.started_by_mpi():
         from mpi4py import MPI
 
         mpi_comm = MPI.COMM_WORLD

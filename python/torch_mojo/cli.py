@@ -136,9 +136,9 @@ def _modulefile(args):
 def _bench(nproc, arguments):
     """Under torchrun, mpirun or srun: one rank of the benchmark. Otherwise
     start `nproc` ranks on this machine with torchrun."""
-    from torch_mojo import bench
+    from torch_mojo import bench, launcher
 
-    if "RANK" in os.environ or bench.launched_by_mpi() or "-h" in arguments or "--help" in arguments:
+    if "RANK" in os.environ or launcher.started_by_mpi() or "-h" in arguments or "--help" in arguments:
         return bench.main(arguments)
     import subprocess
 

@@ -50,6 +50,12 @@ def launcher() -> str | None:
     return None
 
 
+def started_by_mpi() -> bool:
+    """Whether MPI started this process (mpirun, or srun --mpi=pmix/pmi2):
+    MPI can then carry the rendezvous."""
+    return launcher() in ("openmpi", "pmi") or "PMIX_RANK" in os.environ or "PMI_RANK" in os.environ
+
+
 def _ranks(kind):
     """(rank, world size, local rank, local world size or None)."""
     if kind == "slurm":
@@ -77,9 +83,9 @@ def first_host(nodelist: str) -> str:
 def _rendezvous(kind, rank):
     """MASTER_ADDR and MASTER_PORT: from MPI where it launched the job, else
     from SLURM's node list and job id."""
-    # srun --mpi=pmix (or pmi2) lets MPI start; plain srun does not.
-    started_mpi = kind == "slurm" and ("PMIX_RANK" in os.environ or "PMI_RANK" in os.environ)
-    if kind in ("openmpi", "pmi") or (started_mpi and _mpi4py_available()):
+    # srun --mpi=pmix (or pmi2) lets MPI start; plain srun does not, and
+    # under srun mpi4py may be absent.
+    if started_by_mpi() and (kind != "slurm" or _mpi4py_available()):
         from mpi4py import MPI
 
         address = None

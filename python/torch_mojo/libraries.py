@@ -270,8 +270,10 @@ def libfabric_details(path: str) -> dict:
 def fabric_provider_choice(providers: list[str]) -> dict:
     """The provider a communicator spanning nodes would ask libfabric for,
     and whether it is offered here ("tcp" is offered as "tcp;ofi_rxm")."""
+    from torch_mojo.env import BY_NAME
+
     chosen = os.environ.get("MOJOCCL_FABRIC_PROVIDER") or None
-    provider = chosen or "cxi"
+    provider = chosen or BY_NAME["MOJOCCL_FABRIC_PROVIDER"].default
     offered = any(name == provider or name.startswith(provider + ";") for name in providers)
     return {"provider": provider, "source": "MOJOCCL_FABRIC_PROVIDER" if chosen else "the default",
             "offered": offered}

@@ -43,14 +43,15 @@ std::string joined(const std::vector<std::string>& names) {
 
 }  // namespace
 
-FabricTransport::FabricTransport(Bootstrap& bootstrap, int rank, const std::atomic<bool>& aborted)
+FabricTransport::FabricTransport(Bootstrap& bootstrap, int rank, const std::atomic<bool>& aborted,
+                                 int timeoutSeconds)
     : library_(LibFabric::get()),
       rank_(rank),
       aborted_(aborted),
       ranks_(bootstrap.ranks()),
       sent_(ranks_.size()),
       received_(ranks_.size()) {
-  timeoutSeconds_ = static_cast<int>(envInt("MOJOCCL_IB_TIMEOUT_S", 60, 1, 86400));
+  timeoutSeconds_ = timeoutSeconds;
   if (ranks_.size() > kMaxRanks)
     fail(ncclInvalidUsage, "libmojoccl's fabric transport serves at most " +
                                std::to_string(kMaxRanks) + " ranks");
@@ -71,20 +72,21 @@ FabricTransport::FabricTransport(Bootstrap& bootstrap, int rank, const std::atom
   // Utility providers (ofi_rxm) may not filter by domain: pick it here.
   // Where domains are network interfaces (tcp), MOJOCCL_SOCKET_IFNAME
   // chooses among them, as NCCL_SOCKET_IFNAME does for NCCL's sockets.
-  std::string domains, ifname = envString("MOJOCCL_SOCKET_IFNAME");
+  std::vector<std::string> domains;
+  std::string ifname = envString("MOJOCCL_SOCKET_IFNAME");
   fi_info* byInterface = nullptr;
   for (fi_info* info = infoList_; info != nullptr; info = info->next) {
     std::string name = info->domain_attr->name;
     if (!info_ && (domain.empty() || domain == name)) info_ = info;
     if (!byInterface && domain.empty() && !ifname.empty() && matchesIfname(name, ifname)) byInterface = info;
-    if (domains.find(name) == std::string::npos) domains += (domains.empty() ? "" : ", ") + name;
+    if (std::find(domains.begin(), domains.end(), name) == domains.end()) domains.push_back(name);
   }
   if (byInterface) info_ = byInterface;
 
   std::string failure;
   if (status == 0 && infoList_ != nullptr && info_ == nullptr) {
     failure = "libfabric provider " + std::string(infoList_->fabric_attr->prov_name) + " has no domain '" +
-              domain + "' (MOJOCCL_FABRIC_DOMAIN); its domains here: " + domains;
+              domain + "' (MOJOCCL_FABRIC_DOMAIN); its domains here: " + joined(domains);
   } else if (status != 0 || info_ == nullptr) {
     failure = "libfabric " + library_.versionText() + " (" + library_.path + ") has no provider '" +
               provider + "'" + (domain.empty() ? "" : " with domain '" + domain + "'") +

@@ -41,7 +41,9 @@ class FabricTransport {
   // Collective over `bootstrap`: every rank of the communicator opens an
   // endpoint and learns everyone's address. A failure on any rank (no such
   // provider, no libfabric) fails all of them with its message.
-  FabricTransport(Bootstrap& bootstrap, int rank, const std::atomic<bool>& aborted);
+  // `timeoutSeconds`: MOJOCCL_IB_TIMEOUT_S, read (and agreed on) by the caller.
+  FabricTransport(Bootstrap& bootstrap, int rank, const std::atomic<bool>& aborted,
+                  int timeoutSeconds);
   ~FabricTransport();
   FabricTransport(const FabricTransport&) = delete;
   FabricTransport& operator=(const FabricTransport&) = delete;
