@@ -1,98 +1,28 @@
-# Reduction kernels of torch-mojo, compiled ahead of time into
-# libtorch_mojo_kernels.so and called by libmojoccl for every reduction.
+# Reduction kernels of torch-mojo for the CPU, compiled ahead of time into
+# libtorch_mojo_kernels.so and called by libmojoccl for every reduction in
+# host memory.
 #
 # The C entry point `tm_reduce` combines `nsrcs` equally sized buffers
-# element by element into `dst`; `tm_convert` turns a half type into
-# float32 and back. Datatype and operation codes are NCCL's
-# (ncclDataType_t, ncclRedOp_t), so libmojoccl passes them through unchanged.
-#
-# Numerics (the contract the tests check against torch):
-# - float16/bfloat16 accumulate in float32 and are rounded once, at the end.
-# - MIN/MAX propagate NaN, as torch.minimum/torch.maximum do.
-# - AVG is SUM followed by one division by `divisor` (true division for
-#   floating types, rounding toward zero for integers, as NCCL does).
-# - Sources are combined in the order given, so every rank that passes the
-#   same buffers in the same order gets bit-identical results.
-# - `dst` may alias any source (in-place reduction).
+# element by element into `dst` (which may alias any source); `tm_convert`
+# turns a half type into float32 and back. The arithmetic, the numerics
+# contract and the datatype/operation table are reduction.mojo's, shared
+# with the GPU kernel.
 
 from std.sys import simd_width_of
 from std.algorithm import vectorize
-from std.math import isnan
-from std.memory import bitcast
 
-# ncclRedOp_t
-comptime OP_SUM = 0
-comptime OP_PROD = 1
-comptime OP_MAX = 2
-comptime OP_MIN = 3
-comptime OP_AVG = 4
-
-# Return codes.
-comptime OK = 0
-comptime BAD_DTYPE = 1
-comptime BAD_OP = 2
-comptime BAD_ARGS = 3
-
-comptime Ptr = OpaquePointer[MutUntrackedOrigin]
-
-
-def accumulation_type[dt: DType]() -> DType:
-    comptime if dt == DType.float16 or dt == DType.bfloat16:
-        return DType.float32
-    else:
-        return dt
-
-
-# bfloat16 <-> float32 conversions are done on the bit patterns. Written as
-# plain casts, LLVM folds them into bfloat16 arithmetic that it then lowers
-# through a compiler-runtime helper, which would tie this library to the Mojo
-# installation it was built with.
-
-
-@always_inline
-def widen[
-    acc: DType, dt: DType, w: Int
-](x: SIMD[dt, w]) -> SIMD[acc, w]:
-    comptime if dt == DType.bfloat16:
-        var bits = bitcast[DType.uint16, w](x).cast[DType.uint32]() << 16
-        return rebind[SIMD[acc, w]](bitcast[DType.float32, w](bits))
-    else:
-        return x.cast[acc]()
-
-
-@always_inline
-def narrow[
-    dt: DType, acc: DType, w: Int
-](a: SIMD[acc, w]) -> SIMD[dt, w]:
-    comptime if dt == DType.bfloat16:
-        # Round to nearest even; NaN stays a (quiet) NaN.
-        var bits = bitcast[DType.uint32, w](rebind[SIMD[DType.float32, w]](a))
-        var rounding = SIMD[DType.uint32, w](0x7FFF) + ((bits >> 16) & 1)
-        var rounded = ((bits + rounding) >> 16).cast[DType.uint16]()
-        var quiet_nan = SIMD[DType.uint16, w](0x7FC0)
-        return bitcast[dt, w](isnan(a).select(quiet_nan, rounded))
-    else:
-        return a.cast[dt]()
-
-
-@always_inline
-def combine[
-    op: Int, dt: DType, w: Int
-](a: SIMD[dt, w], b: SIMD[dt, w]) -> SIMD[dt, w]:
-    comptime if op == OP_SUM or op == OP_AVG:
-        return a + b
-    elif op == OP_PROD:
-        return a * b
-    elif op == OP_MAX:
-        comptime if dt.is_floating_point():
-            return isnan(a).select(a, isnan(b).select(b, max(a, b)))
-        else:
-            return max(a, b)
-    else:
-        comptime if dt.is_floating_point():
-            return isnan(a).select(a, isnan(b).select(b, min(a, b)))
-        else:
-            return min(a, b)
+from reduction import (
+    OK,
+    BAD_ARGS,
+    BAD_DTYPE,
+    Ptr,
+    accumulation_type,
+    combine,
+    dispatch,
+    finish,
+    narrow,
+    widen,
+)
 
 
 def reduce_typed[
@@ -109,31 +39,9 @@ def reduce_typed[
         for s in range(1, nsrcs):
             var b = widen[acc](inputs[unsafe_offset=s].unsafe_load[width=w](i))
             a = combine[op](a, b)
-        comptime if op == OP_AVG:
-            a = a / SIMD[acc, w](Scalar[acc](divisor))
-        out.unsafe_store(i, narrow[dt](a))
+        out.unsafe_store(i, narrow[dt](finish[op](a, divisor)))
 
     vectorize[width, unroll_factor=2](count, body)
-
-
-def reduce_dtype[
-    dt: DType
-](
-    dst: Ptr, srcs: Ptr, nsrcs: Int, count: Int, op: Int32, divisor: Int
-) -> Int32:
-    if op == OP_SUM:
-        reduce_typed[dt, OP_SUM](dst, srcs, nsrcs, count, divisor)
-    elif op == OP_PROD:
-        reduce_typed[dt, OP_PROD](dst, srcs, nsrcs, count, divisor)
-    elif op == OP_MAX:
-        reduce_typed[dt, OP_MAX](dst, srcs, nsrcs, count, divisor)
-    elif op == OP_MIN:
-        reduce_typed[dt, OP_MIN](dst, srcs, nsrcs, count, divisor)
-    elif op == OP_AVG:
-        reduce_typed[dt, OP_AVG](dst, srcs, nsrcs, count, divisor)
-    else:
-        return BAD_OP
-    return OK
 
 
 @export("tm_reduce")
@@ -150,30 +58,12 @@ def tm_reduce(
         return BAD_ARGS
     if count == 0:
         return OK
-    # ncclDataType_t codes.
-    if dtype == 0:
-        return reduce_dtype[DType.int8](dst, srcs, nsrcs, count, op, divisor)
-    elif dtype == 1:
-        return reduce_dtype[DType.uint8](dst, srcs, nsrcs, count, op, divisor)
-    elif dtype == 2:
-        return reduce_dtype[DType.int32](dst, srcs, nsrcs, count, op, divisor)
-    elif dtype == 3:
-        return reduce_dtype[DType.uint32](dst, srcs, nsrcs, count, op, divisor)
-    elif dtype == 4:
-        return reduce_dtype[DType.int64](dst, srcs, nsrcs, count, op, divisor)
-    elif dtype == 5:
-        return reduce_dtype[DType.uint64](dst, srcs, nsrcs, count, op, divisor)
-    elif dtype == 6:
-        return reduce_dtype[DType.float16](dst, srcs, nsrcs, count, op, divisor)
-    elif dtype == 7:
-        return reduce_dtype[DType.float32](dst, srcs, nsrcs, count, op, divisor)
-    elif dtype == 8:
-        return reduce_dtype[DType.float64](dst, srcs, nsrcs, count, op, divisor)
-    elif dtype == 9:
-        return reduce_dtype[DType.bfloat16](
-            dst, srcs, nsrcs, count, op, divisor
-        )
-    return BAD_DTYPE
+
+    @__parameter
+    def run[dt: DType, op: Int]():
+        reduce_typed[dt, op](dst, srcs, nsrcs, count, divisor)
+
+    return dispatch[run](dtype, op)
 
 
 # Conversions between a half type and float32, with the rounding of the

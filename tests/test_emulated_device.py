@@ -41,7 +41,21 @@ def test_libmojoccl_moves_device_memory_through_host_buffers(device_env):
     assert_checked(results, "libmojoccl.so", "mojoccl version 100")
 
 
-@pytest.mark.parametrize("library", [{}, LIBMOJOCCL], ids=["nccl_on_streams", "libmojoccl"])
+def test_libmojoccl_reduces_device_memory_on_the_devices(device_env):
+    """MOJOCCL_DEVICE_PEERS=1: each rank maps the others' device buffers
+    (IPC handles) and the GPU kernel reduces them on its stream; here the
+    emulated runtime runs the kernel's own code on the CPU, with the
+    arguments libmojoccl packed for the GPU."""
+    env = {**device_env, **LIBMOJOCCL, "MOJOCCL_DEVICE_PEERS": "1", "EMULATED_DEVICE_COPY_DELAY_US": "200"}
+    results = run_worker("device", 3, "peers", env=env, timeout=300)
+    launches = 2 + 6  # two for the case larger than the 64 MiB buffer, one for each other but the empty one
+    for result in results:
+        assert result.stdout.count("ok peers") == 8, result.stdout
+        assert f"kernel launches {launches}" in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("library", [{}, LIBMOJOCCL, {**LIBMOJOCCL, "MOJOCCL_DEVICE_PEERS": "1"}],
+                         ids=["nccl_on_streams", "libmojoccl", "libmojoccl_device_peers"])
 def test_the_conformance_matrix_on_device_tensors(device_env, library):
     """The matrix's calls, dtypes, roots and layouts on device tensors (not
     its gloo comparisons, CPU pool, Work timeouts or mismatches)."""
@@ -49,6 +63,7 @@ def test_the_conformance_matrix_on_device_tensors(device_env, library):
     results = run_worker("collectives", 3, "--device", env=env, timeout=400)
     for result in results:
         assert "checked" in result.stdout and "new_group" in result.stdout, result.stdout
+        assert "device memory goes through host buffers" not in result.stderr, result.stderr  # no fallback
 
 
 def test_ddp_on_the_device_matches_one_process(device_env):

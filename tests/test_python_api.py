@@ -138,7 +138,7 @@ def test_cli_info_json_reports_libraries_and_the_environment():
     assert libraries["rocm"]["searched"][-3:] == ["$ROCM_PATH/lib", "/opt/rocm/lib", "the library path"]
     fabric = report["libfabric"]
     assert Path(fabric["path"]).exists() and "tcp" in fabric["providers"]  # Debian's libfabric
-    assert report["kernels"]["mojo"] == "1.2.0" and report["kernels"]["gpu_kernels"] is False
+    assert report["kernels"]["mojo"] == "1.2.0" and set(report["kernels"]["gpu_kernel"]) == {"sm_90", "gfx942"}
     environment = report["environment"]
     assert "did you mean MOJOCCL_FABRIC_PROVIDER?" in environment["unknown"]["MOJOCCL_FABRIC_PROVIDR"]
     assert "expected one of auto, one_shot, two_shot" in environment["invalid"]["MOJOCCL_ALGO"]

@@ -180,6 +180,13 @@ def test_the_versions_it_pins_are_pyprojects():
         listed = pypi.split("/")[1].split("-")[1]
         assert re.search(rf'version\(\s*"{re.escape(listed)}"', wheel.read_text()), name
         assert listed == mojo.split("==")[1]
+    # MAX, for the GPU kernel: the version the development environment uses.
+    max_core = re.search(r"^max-core==(\S+)", (ROOT / "requirements-dev.txt").read_text(), re.M).group(1)
+    assert f'depends_on("py-max-core@{max_core}", type="build", when="+cuda")' in text
+    for name in ("py_max_core", "py_max_mojo_libs", "py_max_shmem_libs"):
+        wheel = (REPO / "packages" / name / "package.py").read_text()
+        assert re.search(r'pypi = "[^/]+/[a-z_]+-([^-]+)-', wheel).group(1) == max_core, name
+        assert re.search(rf'version\(\s*"{re.escape(max_core)}"', wheel), name
 
 
 @pytest.mark.parametrize("path", ENVIRONMENTS, ids=lambda path: path.parent.name)

@@ -228,6 +228,7 @@ MOJOCCL_API ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, siz
                                        ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                        ncclStream_t stream) {
   return collective(comm, stream, [=](Comm& c, DeviceStaging& staged) {
+    if (stream != nullptr && c.allReduceOnDevice(sendbuff, recvbuff, count, datatype, op, stream)) return;
     const size_t bytes = count * datatypeSize(datatype);
     c.allReduce(staged.input(sendbuff, bytes), staged.output(recvbuff, bytes), count, datatype, op);
   });

@@ -48,7 +48,8 @@ Comm::Comm(const ncclUniqueId& id, int nranks, int rank)
     : rank_(rank),
       size_(nranks),
       allReduceAlgorithm_(allReduceAlgorithmFromEnv()),
-      zeroCopy_(envChoice("MOJOCCL_ZERO_COPY", "1", {"0", "1"}) == "1") {
+      zeroCopy_(envChoice("MOJOCCL_ZERO_COPY", "1", {"0", "1"}) == "1"),
+      devicePeersRequested_(envChoice("MOJOCCL_DEVICE_PEERS", "0", {"0", "1"}) == "1") {
   if (nranks < 1) fail(ncclInvalidArgument, "nranks must be at least 1, got " + std::to_string(nranks));
   if (rank < 0 || rank >= nranks)
     fail(ncclInvalidArgument, "rank " + std::to_string(rank) + " is outside 0.." +
@@ -428,6 +429,19 @@ void Comm::allReduce(const void* send, void* recv, size_t count, ncclDataType_t 
   const bool small = count * datatypeSize(datatype) <= kOneShotMaxBytes;
   collective({CallKind::AllReduce, send, recv, count, datatype, op, 0, ++calls_}, &Comm::localAllReduce,
              small ? &Comm::smallAllReduceAcrossNodes : &Comm::allReduceAcrossNodesInPlace, small);
+}
+
+bool Comm::allReduceOnDevice(const void* send, void* recv, size_t count, ncclDataType_t datatype,
+                             ncclRedOp_t op, ncclStream_t stream) {
+  // A communicator of one has no peers: its all-reduce is a copy.
+  if (!devicePeersRequested_ || size_ == 1) return false;
+  if (!devicePeersDecided_) setUpDevicePeers();
+  if (!devicePeers_) return false;
+  const Call call{CallKind::AllReduce, send, recv, count, datatype, op, 0, ++calls_};
+  validate(call);
+  run(call.describe() + " on device memory (call #" + std::to_string(call.sequence) + ")",
+      [&] { deviceAllReduce(call, stream); });
+  return true;
 }
 
 void Comm::broadcast(const void* send, void* recv, size_t count, ncclDataType_t datatype, int root) {

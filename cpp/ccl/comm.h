@@ -19,6 +19,7 @@
 #include "algorithms/p2p.h"
 #include "bootstrap.h"
 #include "mojoccl/nccl.h"
+#include "transports/device_ipc.h"
 #include "transports/fabric.h"
 #include "transports/shm.h"
 
@@ -43,6 +44,12 @@ class Comm {
                      ncclRedOp_t op);
   void reduce(const void* send, void* recv, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
               int root);
+
+  // All-reduce of device memory on the GPUs of one node, when
+  // MOJOCCL_DEVICE_PEERS=1 and every rank can (algorithms/device_all_reduce.cc);
+  // false when the caller should stage the call through host memory instead.
+  bool allReduceOnDevice(const void* send, void* recv, size_t count, ncclDataType_t datatype,
+                         ncclRedOp_t op, ncclStream_t stream);
 
   // A send or receive as the caller asked for it (peer = communicator rank).
   struct PointToPoint {
@@ -108,6 +115,13 @@ class Comm {
                   void (Comm::*acrossNodes)(const Call&), bool agreesItself = false);
   char* scratch(size_t bytes);
 
+  // ---- device memory within the node (algorithms/device_all_reduce.cc)
+  std::string devicePeersUnavailable() const;
+  void setUpDevicePeers();
+  void agreeOnDeviceCall(const Call& call);
+  void deviceBarrier();
+  void deviceAllReduce(const Call& call, ncclStream_t stream);
+
   int rank_;
   int size_;
   AllReduceAlgorithm allReduceAlgorithm_;
@@ -117,6 +131,9 @@ class Comm {
   int node_ = 0;  // ours
   std::unique_ptr<ShmTransport> shm_;
   std::unique_ptr<FabricTransport> fabric_;  // only when the communicator spans nodes
+  bool devicePeersRequested_;                // MOJOCCL_DEVICE_PEERS=1
+  bool devicePeersDecided_ = false;
+  std::unique_ptr<DeviceIpcBuffers> devicePeers_;  // when every rank can read its peers' GPUs
   std::vector<char> scratch_;
   std::vector<float> wide_;  // half-type data in float32, across nodes
   uint32_t rounds_ = 0;

@@ -5,9 +5,8 @@
 // copied back before the call returns. The call is therefore synchronous
 // on its stream, where NCCL's would only be enqueued on it.
 //
-// The copies use the runtime the process already loaded for its tensors:
-// the CUDA driver (libcuda.so.1) on NVIDIA, the HIP runtime (libamdhip64)
-// on AMD. No GPU headers or libraries are needed to build this.
+// The copies use the runtime the process already loaded for its tensors
+// (device_runtime.h).
 #pragma once
 
 #include <cstddef>

@@ -55,8 +55,8 @@ def info() -> dict:
             "library": os.path.join(package_dir(), "lib", "libtorch_mojo_kernels.so"),
             "mojo": build["mojo"],
             "cpu_target": build["kernel_cpu_target"],
-            "gpu_targets_requested": [target for target in build["gpu_targets"].split(";") if target],
-            "gpu_kernels": False,
+            "max": build["max"] or None,
+            "gpu_kernel": {target: image for target, (image, _) in libraries.gpu_kernel_images().items()},
         },
         "accelerator": str(accelerator) if accelerator else None,
         "accelerator_ccl": libraries.accelerator_ccl(),
@@ -74,11 +74,11 @@ def info() -> dict:
 
 def _print_info(report: dict) -> None:
     kernels = report["kernels"]
-    gpu = ", ".join(kernels["gpu_targets_requested"]) or "none requested"
+    gpu = (f"GPU kernel for {', '.join(kernels['gpu_kernel'])} (MAX {kernels['max']})" if kernels["gpu_kernel"]
+           else "no GPU kernel (MAX was not in the build environment)")
     print(f"torch-mojo {report['torch_mojo']['version']}  ({report['torch_mojo']['package']})")
     print(f"torch {report['torch']['version']}  (torch-mojo built with {report['torch']['torch_mojo_built_with']})")
-    print(f"kernels: Mojo {kernels['mojo']}, CPU {kernels['cpu_target']}; GPU kernels not in this version "
-          f"(GPU targets: {gpu})")
+    print(f"kernels: Mojo {kernels['mojo']}, CPU {kernels['cpu_target']}; {gpu}")
     print(f"accelerator: {report['accelerator'] or 'none (no GPU, or a CPU build of torch)'}")
     print(f"collective libraries (accelerators: {report['accelerator_ccl']}):")
     for device, lookup in report["collective_libraries"].items():

@@ -175,6 +175,14 @@ VARIABLES: tuple[Variable, ...] = (
         choices=("0", "1"),
     ),
     Variable(
+        "MOJOCCL_DEVICE_PEERS",
+        "0",
+        "`1`: all-reduce of GPU memory within a node maps the other ranks' GPU buffers "
+        "(IPC handles) and reduces them with the Mojo GPU kernel, instead of staging "
+        "through host memory; off until it has run on GPUs",
+        choices=("0", "1"),
+    ),
+    Variable(
         "MOJOCCL_IB_TIMEOUT_S",
         "60",
         "seconds a rank waits for a peer on another node without progress; it then prints a "

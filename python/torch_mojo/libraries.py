@@ -49,6 +49,21 @@ def build_info() -> dict:
         return json.load(file)
 
 
+def gpu_kernel_images() -> dict[str, tuple[str, str]]:
+    """The GPU kernel as the build installed it, by target (sm_90, gfx942):
+    the image (PTX or an AMD code object) and its entry point's name."""
+    directory = os.path.join(package_dir(), "lib", "gpu_kernels")
+    images = {}
+    for entry in sorted(glob.glob(os.path.join(directory, "reduce.*.entry"))):
+        stem = entry[: -len(".entry")]
+        target = os.path.basename(stem).split(".", 1)[1]
+        image = next((stem + suffix for suffix in (".ptx", ".hsaco") if os.path.exists(stem + suffix)), None)
+        if image:
+            with open(entry) as file:
+                images[target] = (image, file.read().strip())
+    return images
+
+
 def on_library_path(soname: str) -> str | None:
     """Where the dynamic loader would find `soname`: LD_LIBRARY_PATH first,
     then the ldconfig cache."""

@@ -2,8 +2,9 @@
 # The device checks: on a machine with an NVIDIA GPU and a CUDA build of
 # torch, builds torch-mojo against that torch and runs tests/test_device.py
 # (NCCL collectives with one rank, libmojoccl collectives with two ranks on
-# the one GPU, DDP on the GPU, a busbw table). Results go to $OUT (default
-# results/device/): machine.txt, build.log, pytest.log, busbw.txt.
+# the one GPU, DDP on the GPU, a busbw table, the Mojo GPU kernel against
+# the CPU kernel). Results go to $OUT (default results/device/):
+# machine.txt, build.log, pytest.log, busbw.txt, gpu_kernel.txt, info.txt.
 #
 # Prepare here with tests/device/prepare.sh, then on the GPU machine, from
 # the repository root:  bash tests/device/run.sh
@@ -25,6 +26,8 @@ mkdir -p "$out"
 build_options=()
 [ -f "$carry/libtorch_mojo_kernels.so" ] && ! command -v mojo >/dev/null &&
   build_options+=(-C "cmake.define.TORCH_MOJO_KERNELS_LIBRARY=$carry/libtorch_mojo_kernels.so")
+[ -d "$carry/gpu_kernels" ] && ! "$python" -c "import importlib.metadata as m; m.version('max-core')" 2>/dev/null &&
+  build_options+=(-C "cmake.define.TORCH_MOJO_GPU_KERNELS_DIR=$carry/gpu_kernels")
 [ -d "$carry/include/rdma" ] && build_options+=(-C "cmake.define.LIBFABRIC_INCLUDE_DIR=$carry/include")
 # Into the machine's own environment (it is handed back afterwards), so that
 # every process the tests start finds it.

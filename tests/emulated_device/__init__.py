@@ -5,12 +5,14 @@ torch-mojo-backend's device is), with host memory and asynchronous streams;
 nccl_on_streams.cpp is a vendor library for it that, as NCCL does, only
 enqueues each call on the stream it is given (the collectives themselves are
 libmojoccl's); hip_runtime.cpp answers the HIP runtime calls with which
-libmojoccl moves device memory (TORCH_MOJO_BACKEND_CCL=mojo). Together they run the process group's accelerator path (the
+libmojoccl (TORCH_MOJO_BACKEND_CCL=mojo) moves device memory, maps its
+peers' and launches the GPU kernel (running the kernel's own code, compiled
+for the CPU). Together they run the process group's accelerator path (the
 library search, the communicator on the device, stream ordering with
 events, Work and future semantics, the jobs in flight) for real, on the
 CPU. They are test tools: nothing of them is installed.
 
-build() compiles both once per build directory; a worker process calls
+build() compiles them once per build directory; a worker process calls
 install() before anything else touches torch.distributed.
 """
 
@@ -43,6 +45,11 @@ def build() -> dict[str, str]:
             subprocess.run(["c++", "-std=c++17", "-O2", "-shared", "-fPIC", "-fvisibility=hidden",
                             f"-I{ROOT / 'cpp' / 'ccl' / 'include'}", str(HERE / source), *extra,
                             "-o", str(target), "-ldl", "-lpthread"], check=True)
+    kernel_on_cpu = BUILD / "libgpu_kernel_on_cpu.so"
+    if _stale(kernel_on_cpu, *(ROOT / "kernels").glob("*.mojo"), ROOT / "tests" / "gpu_kernel" / "on_cpu.mojo"):
+        from tests.gpu_kernel import build_on_cpu
+
+        build_on_cpu(BUILD)
     device = cpp_extension.load(
         name="emulated_mojo_device", sources=[str(HERE / "device.cpp")], build_directory=str(BUILD),
         is_python_module=False, extra_cflags=["-O1"], verbose=False)
@@ -54,6 +61,8 @@ def build() -> dict[str, str]:
         "EMULATED_NCCL_BACKING": mojoccl_path(),
         # Loaded by install() only when a test sets EMULATED_HIP=1.
         "EMULATED_HIP_RUNTIME": str(hip),
+        # What the emulated HIP runtime runs for the GPU kernel.
+        "EMULATED_GPU_KERNEL_ON_CPU": str(kernel_on_cpu),
         # How the process group tells the vendor of a `mojo` device without
         # device files: the visibility variable a launcher exports.
         "CUDA_VISIBLE_DEVICES": "0",

@@ -1,11 +1,30 @@
-// The three calls of the HIP runtime that libmojoccl's device staging makes
-// (cpp/ccl/device_staging.cc), for the emulated device: built with the
+// The calls of the HIP runtime that libmojoccl makes on device memory
+// (cpp/ccl/device_runtime.cc), for the emulated device: built with the
 // soname libamdhip64.so.6, so that loading it makes it "the HIP runtime this
-// process has loaded". Copies are queued on the emulated stream, in order
-// with the rest of its work, as hipMemcpyAsync queues them on a GPU stream.
+// process has loaded". Copies and kernels are queued on the emulated
+// stream, in order with the rest of its work, as on a GPU stream.
+//
+// - hipMalloc'd memory is a shared memory file, so that another process can
+//   map it from its IPC handle (the process id and file descriptor), as
+//   hipIpcOpenMemHandle maps a peer's GPU memory.
+// - hipModuleLoadData takes an AMD GPU code object, as the HIP runtime does,
+//   and hipModuleGetFunction finds the kernel by its descriptor (<name>.kd)
+//   in it; the launch then runs the kernel's own code compiled for the CPU
+//   (tests/gpu_kernel/on_cpu.mojo, EMULATED_GPU_KERNEL_ON_CPU), with the
+//   grid's thread count, on the arguments exactly as the caller packed them.
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <condition_variable>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
+#include <string>
 
 #include "stream.h"
 
@@ -52,4 +71,147 @@ EXPORT int hipStreamSynchronize(void* stream) {
   return 0;
 }
 
-EXPORT const char* hipGetErrorString(int /*error*/) { return "emulated HIP runtime error"; }
+EXPORT const char* hipGetErrorString(int error) {
+  switch (error) {
+    case 209: return "no kernel image is available for execution on the device (emulated)";
+    case 500: return "named symbol not found (emulated)";
+    default: return "emulated HIP runtime error";
+  }
+}
+
+EXPORT int hipGetDevice(int* device) {
+  *device = 0;
+  return 0;
+}
+
+// ---- memory another process can map
+
+namespace {
+
+struct Handle {  // fills the 64 bytes of a hipIpcMemHandle_t
+  int32_t pid;
+  int32_t fd;
+  uint64_t bytes;
+  char unused[48];
+};
+
+std::mutex mappingsMutex;
+std::map<void*, Handle> mappings;  // hipMalloc'd and opened memory
+
+}  // namespace
+
+EXPORT int hipMalloc(void** device, size_t bytes) {
+  int fd = memfd_create("emulated-hip", 0);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) return 2;  // hipErrorOutOfMemory
+  void* memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (memory == MAP_FAILED) return 2;
+  std::lock_guard<std::mutex> lock(mappingsMutex);
+  mappings[memory] = Handle{getpid(), fd, bytes, {}};
+  *device = memory;
+  return 0;
+}
+
+EXPORT int hipFree(void* device) {
+  std::lock_guard<std::mutex> lock(mappingsMutex);
+  auto found = mappings.find(device);
+  if (found == mappings.end()) return 1;
+  munmap(device, found->second.bytes);
+  close(found->second.fd);
+  mappings.erase(found);
+  return 0;
+}
+
+EXPORT int hipIpcGetMemHandle(Handle* handle, void* device) {
+  std::lock_guard<std::mutex> lock(mappingsMutex);
+  auto found = mappings.find(device);
+  if (found == mappings.end()) return 1;  // hipErrorInvalidValue
+  *handle = found->second;
+  return 0;
+}
+
+EXPORT int hipIpcOpenMemHandle(void** device, Handle handle, unsigned /*flags*/) {
+  if (handle.pid == getpid()) return 1;  // as on a GPU: not in the process that made it
+  std::string path = "/proc/" + std::to_string(handle.pid) + "/fd/" + std::to_string(handle.fd);
+  int fd = open(path.c_str(), O_RDWR);
+  if (fd < 0) return 1;
+  void* memory = mmap(nullptr, handle.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (memory == MAP_FAILED) return 1;
+  std::lock_guard<std::mutex> lock(mappingsMutex);
+  mappings[memory] = Handle{getpid(), fd, handle.bytes, {}};
+  *device = memory;
+  return 0;
+}
+
+EXPORT int hipIpcCloseMemHandle(void* device) { return hipFree(device); }
+
+// ---- the kernel
+
+namespace {
+
+using KernelOnCpu = int32_t (*)(void*, const void*, int32_t, int64_t, int32_t, int32_t, int64_t, int64_t);
+
+struct Module {
+  std::string image;
+};
+
+struct Launch {
+  KernelOnCpu kernel;
+  void* dst;
+  uint64_t sources[16];
+  int32_t nsources;
+  int64_t count;
+  int32_t dtype, op;
+  int64_t divisor;
+  int64_t threads;
+};
+
+std::atomic<int64_t> launches{0};
+
+}  // namespace
+
+EXPORT int hipModuleLoadData(Module** module, const void* image) {
+  const auto* header = static_cast<const unsigned char*>(image);
+  const uint16_t machine = static_cast<uint16_t>(header[18] | header[19] << 8);
+  if (std::memcmp(header, "\x7f" "ELF", 4) != 0 || machine != 224) return 209;  // not for an AMD GPU
+  // The code object's size, from its section headers (they come last).
+  uint64_t sectionHeaders;
+  uint16_t entrySize, count;
+  std::memcpy(&sectionHeaders, header + 40, 8);
+  std::memcpy(&entrySize, header + 58, 2);
+  std::memcpy(&count, header + 60, 2);
+  *module = new Module{std::string(static_cast<const char*>(image), sectionHeaders + uint64_t(entrySize) * count)};
+  return 0;
+}
+
+EXPORT int hipModuleGetFunction(KernelOnCpu* function, Module* module, const char* name) {
+  if (module->image.find(std::string(name) + ".kd") == std::string::npos) return 500;
+  const char* path = std::getenv("EMULATED_GPU_KERNEL_ON_CPU");
+  void* library = path != nullptr ? dlopen(path, RTLD_NOW) : nullptr;
+  *function = library != nullptr ? reinterpret_cast<KernelOnCpu>(dlsym(library, "tm_gpu_reduce_on_cpu")) : nullptr;
+  return *function != nullptr ? 0 : 500;
+}
+
+EXPORT int hipModuleLaunchKernel(KernelOnCpu function, unsigned gridX, unsigned gridY, unsigned gridZ,
+                                 unsigned blockX, unsigned blockY, unsigned blockZ, unsigned /*sharedBytes*/,
+                                 void* stream, void** arguments, void** /*extra*/) {
+  if (gridY != 1 || gridZ != 1 || blockY != 1 || blockZ != 1) return 1;
+  // The arguments are read now: they live on the caller's stack.
+  auto* launch = new Launch{function, *static_cast<void**>(arguments[0]), {},
+                            *static_cast<int32_t*>(arguments[2]), *static_cast<int64_t*>(arguments[3]),
+                            *static_cast<int32_t*>(arguments[4]), *static_cast<int32_t*>(arguments[5]),
+                            *static_cast<int64_t*>(arguments[6]), int64_t(gridX) * blockX};
+  std::memcpy(launch->sources, arguments[1], sizeof(launch->sources));
+  auto* target = static_cast<EmulatedStream*>(stream);
+  target->enqueue(target, [](void* argument) {
+    auto* run = static_cast<Launch*>(argument);
+    if (run->kernel(run->dst, run->sources, run->nsources, run->count, run->dtype, run->op, run->divisor,
+                    run->threads) != 0)
+      std::abort();  // a bad code would be a fault on a GPU
+    launches.fetch_add(1);
+    delete run;
+  }, launch);
+  return 0;
+}
+
+// For the tests: how many kernels ran in this process.
+EXPORT int64_t emulatedKernelLaunches() { return launches.load(); }

@@ -9,6 +9,8 @@ ranks may share one.
   timeout      rank 1 never joins rank 0's all_reduce (the watchdog's case)
   busbw        all_reduce / all_gather / reduce_scatter timings, one JSON
                line per size on rank 0
+  peers        all_reduce on libmojoccl's device path (MOJOCCL_DEVICE_PEERS=1):
+               datatypes, operations, sizes across its 64 MiB chunks
 """
 
 import datetime
@@ -175,20 +177,49 @@ def busbw(rank, size, device):
             "reduce_scatter": (numel * 4 * size, lambda: dist.reduce_scatter_tensor(part, whole)),
         }
         for name, (bytes_, call) in calls.items():
-            times = []
-            for iteration in range(13):
-                torch.accelerator.synchronize()
-                start = time.perf_counter()
-                call()
-                torch.accelerator.synchronize()
-                if iteration >= 3:  # the first calls warm up
-                    times.append(time.perf_counter() - start)
-            seconds = statistics.median(times)
+            seconds = median_seconds(call)
             if rank == 0:
                 algbw = bytes_ / seconds / 1e9
                 print(json.dumps({"collective": name, "bytes": bytes_, "ranks": size, "us": round(seconds * 1e6, 1),
                                   "algbw_GBps": round(algbw, 2), "busbw_GBps": round(algbw * factors[name], 2)}),
                       flush=True)
+
+
+def median_seconds(call, calls=10, warmup=3) -> float:
+    """The median time of `call` on the accelerator, after `warmup` calls."""
+    times = []
+    for iteration in range(warmup + calls):
+        torch.accelerator.synchronize()
+        start = time.perf_counter()
+        call()
+        torch.accelerator.synchronize()
+        if iteration >= warmup:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def peers(rank, size, device):
+    """Values are small integers, so that every sum is exact in any order."""
+    chunk = (64 << 20) // 4  # libmojoccl's device buffer, in float32 elements
+    cases = [(torch.float32, dist.ReduceOp.SUM, 1), (torch.float32, dist.ReduceOp.SUM, chunk + 5),
+             (torch.bfloat16, dist.ReduceOp.SUM, 1000), (torch.int64, dist.ReduceOp.MAX, 1000),
+             (torch.int32, dist.ReduceOp.MIN, 1000), (torch.float32, dist.ReduceOp.AVG, 1000),
+             (torch.float64, dist.ReduceOp.PRODUCT, 1000), (torch.uint8, dist.ReduceOp.SUM, 0)]
+    for dtype, op, count in cases:
+        pattern = torch.arange(count) % 7
+        t = ((rank + 1) * pattern).to(dtype).to(device)
+        dist.all_reduce(t, op=op)
+        each = [((r + 1) * pattern).to(torch.float64) for r in range(size)]
+        expected = {dist.ReduceOp.SUM: sum(each), dist.ReduceOp.MAX: torch.stack(each).amax(0),
+                    dist.ReduceOp.MIN: torch.stack(each).amin(0), dist.ReduceOp.AVG: sum(each) / size,
+                    dist.ReduceOp.PRODUCT: torch.stack(each).prod(0)}[op]
+        check(f"peers {dtype} {op} {count}", t, expected.to(dtype))
+    if os.environ.get("EMULATED_HIP") == "1":
+        import ctypes
+
+        runtime = ctypes.CDLL(os.environ["EMULATED_HIP_RUNTIME"])
+        runtime.emulatedKernelLaunches.restype = ctypes.c_int64
+        print(f"kernel launches {runtime.emulatedKernelLaunches()}", flush=True)
 
 
 def timeout(rank, size, device):
@@ -212,7 +243,7 @@ def main():
     dist.init_process_group(dist.get_default_backend_for_device(accelerator),
                             timeout=datetime.timedelta(seconds=timeout_s))
     device = torch.device(accelerator.type, torch.accelerator.current_device_index())
-    {"collectives": collectives, "ddp": ddp, "busbw": busbw, "timeout": timeout}[scenario](
+    {"collectives": collectives, "ddp": ddp, "busbw": busbw, "timeout": timeout, "peers": peers}[scenario](
         dist.get_rank(), dist.get_world_size(), device)
     dist.destroy_process_group()
 

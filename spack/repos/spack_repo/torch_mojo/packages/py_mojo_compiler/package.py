@@ -1,10 +1,10 @@
 # Copyright torch-mojo contributors. SPDX-License-Identifier: BSD-3-Clause
-from spack_repo.torch_mojo.wheels import PypiWheelPackage
+from spack_repo.torch_mojo.wheels import LinuxX86WheelPackage
 
 from spack.package import *
 
 
-class PyMojoCompiler(PypiWheelPackage):
+class PyMojoCompiler(LinuxX86WheelPackage):
     """The Mojo compiler (`mojo`), as Modular ships it in a wheel. torch-mojo
     needs it to build its reduction kernels, not to run them."""
 
@@ -18,10 +18,6 @@ class PyMojoCompiler(PypiWheelPackage):
         sha256="3ee34a3b26c6cccaa9523a0e8db8f67bea954497d782d97c9e61c3c4ecbdac7b",
         expand=False,
     )
-
-    # The wheel holds x86_64 Linux binaries built against glibc 2.34.
-    requires("target=x86_64:", msg="the Mojo compiler wheel is built for x86_64")
-    requires("platform=linux", msg="the Mojo compiler wheel is built for Linux")
 
     depends_on("python@3.10:", type=("build", "run"))
     depends_on("py-mojo-compiler-mojo-libs@1.2.0", type="run", when="@1.2.0")

@@ -43,6 +43,9 @@ class PyTorchMojo(PythonPackage, CudaPackage, ROCmPackage):
     depends_on("nlohmann-json", type="build")
     # The kernels are compiled ahead of time: Mojo is needed to build only.
     depends_on("py-mojo-compiler@1.2.0", type="build")
+    # MAX lets Mojo compile the GPU kernel for the build's GPU targets.
+    depends_on("py-max-core@26.7.0", type="build", when="+cuda")
+    depends_on("py-max-core@26.7.0", type="build", when="+rocm")
 
     # The C++ core is compiled against torch's C++ API: it runs only with
     # the torch it was built against.
