@@ -17,6 +17,7 @@
 
 #define MOJOCCL_API extern "C" __attribute__((visibility("default")))
 
+using mojoccl::CallKind;
 using mojoccl::Comm;
 using mojoccl::datatypeSize;
 using mojoccl::DeviceStaging;
@@ -107,6 +108,11 @@ ncclResult_t enqueue(ncclComm_t comm, QueuedCall call) {
     return ncclSuccess;
   }
   return guarded([&] { runQueued({call}); });
+}
+
+// Device memory that stays on the GPUs (MOJOCCL_DEVICE_PEERS=1), when it can.
+bool onDevice(Comm& comm, ncclStream_t stream, const mojoccl::Call& call) {
+  return stream != nullptr && comm.collectiveOnDevice(call, stream);
 }
 
 // `body` runs on host views of the call's buffers (the buffers themselves
@@ -228,7 +234,7 @@ MOJOCCL_API ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, siz
                                        ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                        ncclStream_t stream) {
   return collective(comm, stream, [=](Comm& c, DeviceStaging& staged) {
-    if (stream != nullptr && c.allReduceOnDevice(sendbuff, recvbuff, count, datatype, op, stream)) return;
+    if (onDevice(c, stream, {CallKind::AllReduce, sendbuff, recvbuff, count, datatype, op, 0, 0})) return;
     const size_t bytes = count * datatypeSize(datatype);
     c.allReduce(staged.input(sendbuff, bytes), staged.output(recvbuff, bytes), count, datatype, op);
   });
@@ -238,6 +244,8 @@ MOJOCCL_API ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, siz
                                        ncclDataType_t datatype, int root, ncclComm_t comm,
                                        ncclStream_t stream) {
   return collective(comm, stream, [=](Comm& c, DeviceStaging& staged) {
+    if (onDevice(c, stream, {CallKind::Broadcast, sendbuff, recvbuff, count, datatype, ncclSum, root, 0}))
+      return;
     const size_t bytes = count * datatypeSize(datatype);
     // Only the root's sendbuff is read (others may pass anything).
     const void* source = c.rank() == root ? staged.input(sendbuff, bytes) : sendbuff;
@@ -249,6 +257,8 @@ MOJOCCL_API ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, siz
                                        ncclDataType_t datatype, ncclComm_t comm,
                                        ncclStream_t stream) {
   return collective(comm, stream, [=](Comm& c, DeviceStaging& staged) {
+    if (onDevice(c, stream, {CallKind::AllGather, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0, 0}))
+      return;
     const size_t bytes = sendcount * datatypeSize(datatype);
     c.allGather(staged.input(sendbuff, bytes), staged.output(recvbuff, bytes * c.size()), sendcount,
                 datatype);
@@ -259,6 +269,8 @@ MOJOCCL_API ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff,
                                            ncclDataType_t datatype, ncclRedOp_t op,
                                            ncclComm_t comm, ncclStream_t stream) {
   return collective(comm, stream, [=](Comm& c, DeviceStaging& staged) {
+    if (onDevice(c, stream, {CallKind::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0, 0}))
+      return;
     const size_t bytes = recvcount * datatypeSize(datatype);
     c.reduceScatter(staged.input(sendbuff, bytes * c.size()), staged.output(recvbuff, bytes),
                     recvcount, datatype, op);
@@ -269,6 +281,7 @@ MOJOCCL_API ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t
                                     ncclDataType_t datatype, ncclRedOp_t op, int root,
                                     ncclComm_t comm, ncclStream_t stream) {
   return collective(comm, stream, [=](Comm& c, DeviceStaging& staged) {
+    if (onDevice(c, stream, {CallKind::Reduce, sendbuff, recvbuff, count, datatype, op, root, 0})) return;
     const size_t bytes = count * datatypeSize(datatype);
     // Only the root's recvbuff is written: another rank's stays as it was.
     void* target = c.rank() == root ? staged.output(recvbuff, bytes) : recvbuff;

@@ -431,16 +431,15 @@ void Comm::allReduce(const void* send, void* recv, size_t count, ncclDataType_t 
              small ? &Comm::smallAllReduceAcrossNodes : &Comm::allReduceAcrossNodesInPlace, small);
 }
 
-bool Comm::allReduceOnDevice(const void* send, void* recv, size_t count, ncclDataType_t datatype,
-                             ncclRedOp_t op, ncclStream_t stream) {
-  // A communicator of one has no peers: its all-reduce is a copy.
+bool Comm::collectiveOnDevice(Call call, ncclStream_t stream) {
+  // A communicator of one has no peers: its collectives are copies.
   if (!devicePeersRequested_ || size_ == 1) return false;
   if (!devicePeersDecided_) setUpDevicePeers();
   if (!devicePeers_) return false;
-  const Call call{CallKind::AllReduce, send, recv, count, datatype, op, 0, ++calls_};
+  call.sequence = ++calls_;
   validate(call);
   run(call.describe() + " on device memory (call #" + std::to_string(call.sequence) + ")",
-      [&] { deviceAllReduce(call, stream); });
+      [&] { deviceCollective(call, stream); });
   return true;
 }
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -45,11 +46,11 @@ class Comm {
   void reduce(const void* send, void* recv, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
               int root);
 
-  // All-reduce of device memory on the GPUs of one node, when
-  // MOJOCCL_DEVICE_PEERS=1 and every rank can (algorithms/device_all_reduce.cc);
-  // false when the caller should stage the call through host memory instead.
-  bool allReduceOnDevice(const void* send, void* recv, size_t count, ncclDataType_t datatype,
-                         ncclRedOp_t op, ncclStream_t stream);
+  // `call` (its sequence set here) on device memory, on the GPUs of one
+  // node, when MOJOCCL_DEVICE_PEERS=1 and every rank can
+  // (algorithms/device_peers.cc); false when the caller should stage the
+  // call through host memory instead.
+  bool collectiveOnDevice(Call call, ncclStream_t stream);
 
   // A send or receive as the caller asked for it (peer = communicator rank).
   struct PointToPoint {
@@ -115,12 +116,17 @@ class Comm {
                   void (Comm::*acrossNodes)(const Call&), bool agreesItself = false);
   char* scratch(size_t bytes);
 
-  // ---- device memory within the node (algorithms/device_all_reduce.cc)
+  // ---- device memory within the node (algorithms/device_peers.cc)
   std::string devicePeersUnavailable() const;
   void setUpDevicePeers();
   void agreeOnDeviceCall(const Call& call);
   void deviceBarrier();
-  void deviceAllReduce(const Call& call, ncclStream_t stream);
+  // For each chunk of at most `chunk` of `count` elements: `stage` fills
+  // this rank's buffer, then, once every rank's is full, `read` reads them.
+  void inDeviceChunks(size_t count, size_t chunk, ncclStream_t stream,
+                      const std::function<void(size_t, size_t)>& stage,
+                      const std::function<void(size_t, size_t)>& read);
+  void deviceCollective(const Call& call, ncclStream_t stream);
 
   int rank_;
   int size_;

@@ -177,9 +177,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "MOJOCCL_DEVICE_PEERS",
         "0",
-        "`1`: all-reduce of GPU memory within a node maps the other ranks' GPU buffers "
-        "(IPC handles) and reduces them with the Mojo GPU kernel, instead of staging "
-        "through host memory; off until it has run on GPUs",
+        "`1`: libmojoccl's collectives on GPU memory within a node map the other ranks' "
+        "GPU buffers (IPC handles) and reduce them with the Mojo GPU kernel, instead of "
+        "staging through host memory; off until it has run on GPUs",
         choices=("0", "1"),
     ),
     Variable(

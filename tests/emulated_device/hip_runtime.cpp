@@ -73,6 +73,7 @@ EXPORT int hipStreamSynchronize(void* stream) {
 
 EXPORT const char* hipGetErrorString(int error) {
   switch (error) {
+    case 2: return "out of memory (emulated)";
     case 209: return "no kernel image is available for execution on the device (emulated)";
     case 500: return "named symbol not found (emulated)";
     default: return "emulated HIP runtime error";
@@ -101,6 +102,7 @@ std::map<void*, Handle> mappings;  // hipMalloc'd and opened memory
 }  // namespace
 
 EXPORT int hipMalloc(void** device, size_t bytes) {
+  if (std::getenv("EMULATED_HIP_OUT_OF_MEMORY") != nullptr) return 2;  // for the tests: a full device
   int fd = memfd_create("emulated-hip", 0);
   if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) return 2;  // hipErrorOutOfMemory
   void* memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

@@ -9,8 +9,9 @@ ranks may share one.
   timeout      rank 1 never joins rank 0's all_reduce (the watchdog's case)
   busbw        all_reduce / all_gather / reduce_scatter timings, one JSON
                line per size on rank 0
-  peers        all_reduce on libmojoccl's device path (MOJOCCL_DEVICE_PEERS=1):
-               datatypes, operations, sizes across its 64 MiB chunks
+  peers        libmojoccl's device path (MOJOCCL_DEVICE_PEERS=1): all_reduce
+               over datatypes and operations, and every collective it
+               serves at sizes across its 64 MiB chunks
 """
 
 import datetime
@@ -220,6 +221,26 @@ def peers(rank, size, device):
         runtime = ctypes.CDLL(os.environ["EMULATED_HIP_RUNTIME"])
         runtime.emulatedKernelLaunches.restype = ctypes.c_int64
         print(f"kernel launches {runtime.emulatedKernelLaunches()}", flush=True)
+
+    slice_count = chunk // size + 1  # a reduce-scatter chunk holds every rank's part of the slices
+    source = torch.arange(size * slice_count, dtype=torch.float32) % 1000
+    out = torch.empty(slice_count, device=device)
+    dist.reduce_scatter_tensor(out, ((rank + 1) * source).to(device))
+    whole = sum(r + 1 for r in range(size)) * source
+    check("peers reduce_scatter", out, whole[rank * slice_count:(rank + 1) * slice_count])
+
+    part = torch.arange(chunk + 3, dtype=torch.int32) % 1000 + rank
+    gathered = torch.empty(size * (chunk + 3), dtype=torch.int32, device=device)
+    dist.all_gather_into_tensor(gathered, part.to(device))
+    check("peers all_gather", gathered, torch.cat([part - rank + r for r in range(size)]))
+
+    t = torch.full((chunk + 7,), float(rank), device=device)
+    dist.broadcast(t, src=size - 1)
+    check("peers broadcast", t, torch.full((chunk + 7,), float(size - 1)))
+
+    t = torch.full((1000,), float(rank + 1), device=device)
+    dist.reduce(t, dst=1)
+    check("peers reduce", t, torch.full((1000,), float(size * (size + 1) // 2) if rank == 1 else float(rank + 1)))
 
 
 def timeout(rank, size, device):
