@@ -41,12 +41,15 @@ def test_libmojoccl_moves_device_memory_through_host_buffers(device_env):
     assert_checked(results, "libmojoccl.so", "mojoccl version 100")
 
 
-def test_libmojoccl_keeps_device_memory_on_the_devices(device_env):
+@pytest.mark.parametrize("runtime", [{"EMULATED_HIP": "1"}, {"EMULATED_CUDA": "1"}], ids=["hip", "cuda"])
+def test_libmojoccl_keeps_device_memory_on_the_devices(device_env, runtime):
     """MOJOCCL_DEVICE_PEERS=1: each rank maps the others' device buffers
     (IPC handles); the GPU kernel reduces them on its stream, or the runtime
-    copies them. Here the emulated runtime runs the kernel's own code on the
+    copies them. Here the emulated runtime (HIP with the gfx942 code object,
+    or the CUDA driver with the sm_90 PTX) runs the kernel's own code on the
     CPU, with the arguments libmojoccl packed for the GPU."""
-    env = {**device_env, **LIBMOJOCCL, "MOJOCCL_DEVICE_PEERS": "1", "EMULATED_DEVICE_COPY_DELAY_US": "200"}
+    env = {**device_env, "TORCH_MOJO_BACKEND_CCL": "mojo", **runtime, "MOJOCCL_DEVICE_PEERS": "1",
+           "EMULATED_DEVICE_COPY_DELAY_US": "200"}
     results = run_worker("device", 3, "peers", env=env, timeout=300)
     launches = 2 + 6  # two for the case larger than the 64 MiB buffer, one for each other but the empty one
     for result in results:
@@ -58,7 +61,7 @@ def test_device_peers_fall_back_together_when_one_rank_cannot(device_env):
     """Rank 1's device is full: both ranks say so and stage through host
     memory, instead of rank 0 waiting for a buffer that never comes."""
     env = {**device_env, **LIBMOJOCCL, "MOJOCCL_DEVICE_PEERS": "1"}
-    results = run_worker("device", 2, "collectives", env=env, rank_env={1: {"EMULATED_HIP_OUT_OF_MEMORY": "1"}},
+    results = run_worker("device", 2, "collectives", env=env, rank_env={1: {"EMULATED_GPU_OUT_OF_MEMORY": "1"}},
                          timeout=240)
     assert_checked(results, "libmojoccl.so", "mojoccl version 100")
     assert "[mojoccl] rank 1: MOJOCCL_DEVICE_PEERS=1, but allocating 67108864 bytes of device memory failed in " \

@@ -4,10 +4,10 @@ device.cpp is torch's PrivateUse1 device, named `mojo` (as
 torch-mojo-backend's device is), with host memory and asynchronous streams;
 nccl_on_streams.cpp is a vendor library for it that, as NCCL does, only
 enqueues each call on the stream it is given (the collectives themselves are
-libmojoccl's); hip_runtime.cpp answers the HIP runtime calls with which
-libmojoccl (TORCH_MOJO_BACKEND_CCL=mojo) moves device memory, maps its
-peers' and launches the GPU kernel (running the kernel's own code, compiled
-for the CPU). Together they run the process group's accelerator path (the
+libmojoccl's); gpu_runtime.cpp, built as the HIP runtime and as the CUDA
+driver, answers the calls with which libmojoccl (TORCH_MOJO_BACKEND_CCL=mojo)
+moves device memory, maps its peers' and launches the GPU kernel (running
+the kernel's own code, compiled for the CPU). Together they run the process group's accelerator path (the
 library search, the communicator on the device, stream ordering with
 events, Work and future semantics, the jobs in flight) for real, on the
 CPU. They are test tools: nothing of them is installed.
@@ -39,8 +39,10 @@ def build() -> dict[str, str]:
     BUILD.mkdir(parents=True, exist_ok=True)
     shim = BUILD / "libnccl_on_streams.so"
     hip = BUILD / "libemulated_hip.so"
+    cuda = BUILD / "libemulated_cuda.so"
     for target, source, extra in ((shim, "nccl_on_streams.cpp", []),
-                                  (hip, "hip_runtime.cpp", ["-Wl,-soname,libamdhip64.so.6"])):
+                                  (hip, "gpu_runtime.cpp", ["-Wl,-soname,libamdhip64.so.6"]),
+                                  (cuda, "gpu_runtime.cpp", ["-DEMULATED_CUDA", "-Wl,-soname,libcuda.so.1"])):
         if _stale(target, HERE / source, HERE / "stream.h"):
             subprocess.run(["c++", "-std=c++17", "-O2", "-shared", "-fPIC", "-fvisibility=hidden",
                             f"-I{ROOT / 'cpp' / 'ccl' / 'include'}", str(HERE / source), *extra,
@@ -59,8 +61,9 @@ def build() -> dict[str, str]:
         "EMULATED_DEVICE_LIBRARY": str(device) if isinstance(device, str) else str(BUILD / "emulated_mojo_device.so"),
         "TORCH_MOJO_BACKEND_NCCL_LIB": str(shim),
         "EMULATED_NCCL_BACKING": mojoccl_path(),
-        # Loaded by install() only when a test sets EMULATED_HIP=1.
+        # Loaded by install() only when a test sets EMULATED_HIP=1 or EMULATED_CUDA=1.
         "EMULATED_HIP_RUNTIME": str(hip),
+        "EMULATED_CUDA_DRIVER": str(cuda),
         # What the emulated HIP runtime runs for the GPU kernel.
         "EMULATED_GPU_KERNEL_ON_CPU": str(kernel_on_cpu),
         # How the process group tells the vendor of a `mojo` device without
@@ -97,6 +100,16 @@ class _Module:
         pass
 
 
+def emulated_runtime() -> str | None:
+    """The GPU runtime stand-in a test asked for (EMULATED_HIP=1 or
+    EMULATED_CUDA=1), if any."""
+    if os.environ.get("EMULATED_HIP") == "1":
+        return os.environ["EMULATED_HIP_RUNTIME"]
+    if os.environ.get("EMULATED_CUDA") == "1":
+        return os.environ["EMULATED_CUDA_DRIVER"]
+    return None
+
+
 def install(library: str | None = None) -> None:
     """Makes the emulated device torch's accelerator in this process."""
     import ctypes
@@ -104,8 +117,9 @@ def install(library: str | None = None) -> None:
     import torch
 
     torch.ops.load_library(library or os.environ["EMULATED_DEVICE_LIBRARY"])
-    if os.environ.get("EMULATED_HIP") == "1":
-        ctypes.CDLL(os.environ["EMULATED_HIP_RUNTIME"], mode=ctypes.RTLD_GLOBAL)
+    runtime = emulated_runtime()
+    if runtime:
+        ctypes.CDLL(runtime, mode=ctypes.RTLD_GLOBAL)
     torch.utils.rename_privateuse1_backend("mojo")
     torch._register_device_module("mojo", _Module)
 

@@ -215,10 +215,12 @@ def peers(rank, size, device):
                     dist.ReduceOp.MIN: torch.stack(each).amin(0), dist.ReduceOp.AVG: sum(each) / size,
                     dist.ReduceOp.PRODUCT: torch.stack(each).prod(0)}[op]
         check(f"peers {dtype} {op} {count}", t, expected.to(dtype))
-    if os.environ.get("EMULATED_HIP") == "1":
+    if os.environ.get("EMULATED_DEVICE_LIBRARY"):
         import ctypes
 
-        runtime = ctypes.CDLL(os.environ["EMULATED_HIP_RUNTIME"])
+        from tests.emulated_device import emulated_runtime
+
+        runtime = ctypes.CDLL(emulated_runtime())
         runtime.emulatedKernelLaunches.restype = ctypes.c_int64
         print(f"kernel launches {runtime.emulatedKernelLaunches()}", flush=True)
 

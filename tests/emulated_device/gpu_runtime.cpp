@@ -1,17 +1,20 @@
-// The calls of the HIP runtime that libmojoccl makes on device memory
-// (cpp/ccl/device_runtime.cc), for the emulated device: built with the
-// soname libamdhip64.so.6, so that loading it makes it "the HIP runtime this
-// process has loaded". Copies and kernels are queued on the emulated
-// stream, in order with the rest of its work, as on a GPU stream.
+// The calls of a GPU runtime that libmojoccl makes on device memory
+// (cpp/ccl/device_runtime.cc), for the emulated device. Built twice: as the
+// HIP runtime (soname libamdhip64.so.6) and, with EMULATED_CUDA, as the CUDA
+// driver (soname libcuda.so.1), each with that runtime's names, so that
+// loading one makes it "the runtime this process has loaded". Copies and
+// kernels are queued on the emulated stream, in order with the rest of its
+// work, as on a GPU stream.
 //
-// - hipMalloc'd memory is a shared memory file, so that another process can
+// - Allocated memory is a shared memory file, so that another process can
 //   map it from its IPC handle (the process id and file descriptor), as
-//   hipIpcOpenMemHandle maps a peer's GPU memory.
-// - hipModuleLoadData takes an AMD GPU code object, as the HIP runtime does,
-//   and hipModuleGetFunction finds the kernel by its descriptor (<name>.kd)
-//   in it; the launch then runs the kernel's own code compiled for the CPU
-//   (tests/gpu_kernel/on_cpu.mojo, EMULATED_GPU_KERNEL_ON_CPU), with the
-//   grid's thread count, on the arguments exactly as the caller packed them.
+//   the IPC calls map a peer's GPU memory.
+// - Loading a module takes what the real runtime takes: an AMD GPU code
+//   object for HIP (the kernel found by its descriptor, <name>.kd), PTX text
+//   for CUDA (the kernel found by its .entry). A launch then runs the
+//   kernel's own code compiled for the CPU (tests/gpu_kernel/on_cpu.mojo,
+//   EMULATED_GPU_KERNEL_ON_CPU), with the grid's thread count, on the
+//   arguments exactly as the caller packed them.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -29,6 +32,11 @@
 #include "stream.h"
 
 #define EXPORT extern "C" __attribute__((visibility("default")))
+#ifdef EMULATED_CUDA
+#define RUNTIME(cuda, hip) cuda
+#else
+#define RUNTIME(cuda, hip) hip
+#endif
 
 namespace {
 
@@ -46,8 +54,11 @@ struct Signal {
 
 }  // namespace
 
-EXPORT int hipMemcpyAsync(void* destination, const void* source, size_t bytes, int /*kind*/,
-                          void* stream) {
+#ifdef EMULATED_CUDA
+EXPORT int cuMemcpyAsync(void* destination, const void* source, size_t bytes, void* stream) {
+#else
+EXPORT int hipMemcpyAsync(void* destination, const void* source, size_t bytes, int /*kind*/, void* stream) {
+#endif
   auto* target = static_cast<EmulatedStream*>(stream);
   target->enqueue(target, [](void* argument) {
     auto* copy = static_cast<Copy*>(argument);
@@ -57,7 +68,7 @@ EXPORT int hipMemcpyAsync(void* destination, const void* source, size_t bytes, i
   return 0;
 }
 
-EXPORT int hipStreamSynchronize(void* stream) {
+EXPORT int RUNTIME(cuStreamSynchronize, hipStreamSynchronize)(void* stream) {
   auto* target = static_cast<EmulatedStream*>(stream);
   Signal signal;
   target->enqueue(target, [](void* argument) {
@@ -71,25 +82,42 @@ EXPORT int hipStreamSynchronize(void* stream) {
   return 0;
 }
 
-EXPORT const char* hipGetErrorString(int error) {
+namespace {
+const char* errorText(int error) {
   switch (error) {
     case 2: return "out of memory (emulated)";
     case 209: return "no kernel image is available for execution on the device (emulated)";
     case 500: return "named symbol not found (emulated)";
-    default: return "emulated HIP runtime error";
+    default: return "emulated GPU runtime error";
   }
 }
+}  // namespace
+
+#ifdef EMULATED_CUDA
+EXPORT int cuGetErrorString(int error, const char** text) {
+  *text = errorText(error);
+  return 0;
+}
+
+EXPORT int cuCtxGetCurrent(void** context) {
+  static int theContext;
+  *context = &theContext;
+  return 0;
+}
+#else
+EXPORT const char* hipGetErrorString(int error) { return errorText(error); }
 
 EXPORT int hipGetDevice(int* device) {
   *device = 0;
   return 0;
 }
+#endif
 
 // ---- memory another process can map
 
 namespace {
 
-struct Handle {  // fills the 64 bytes of a hipIpcMemHandle_t
+struct Handle {  // fills the 64 bytes of an IPC memory handle
   int32_t pid;
   int32_t fd;
   uint64_t bytes;
@@ -97,14 +125,14 @@ struct Handle {  // fills the 64 bytes of a hipIpcMemHandle_t
 };
 
 std::mutex mappingsMutex;
-std::map<void*, Handle> mappings;  // hipMalloc'd and opened memory
+std::map<void*, Handle> mappings;  // allocated and opened memory
 
 }  // namespace
 
-EXPORT int hipMalloc(void** device, size_t bytes) {
-  if (std::getenv("EMULATED_HIP_OUT_OF_MEMORY") != nullptr) return 2;  // for the tests: a full device
+EXPORT int RUNTIME(cuMemAlloc_v2, hipMalloc)(void** device, size_t bytes) {
+  if (std::getenv("EMULATED_GPU_OUT_OF_MEMORY") != nullptr) return 2;  // for the tests: a full device
   int fd = memfd_create("emulated-hip", 0);
-  if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) return 2;  // hipErrorOutOfMemory
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) return 2;  // out of memory
   void* memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (memory == MAP_FAILED) return 2;
   std::lock_guard<std::mutex> lock(mappingsMutex);
@@ -113,7 +141,7 @@ EXPORT int hipMalloc(void** device, size_t bytes) {
   return 0;
 }
 
-EXPORT int hipFree(void* device) {
+EXPORT int RUNTIME(cuMemFree_v2, hipFree)(void* device) {
   std::lock_guard<std::mutex> lock(mappingsMutex);
   auto found = mappings.find(device);
   if (found == mappings.end()) return 1;
@@ -123,15 +151,15 @@ EXPORT int hipFree(void* device) {
   return 0;
 }
 
-EXPORT int hipIpcGetMemHandle(Handle* handle, void* device) {
+EXPORT int RUNTIME(cuIpcGetMemHandle, hipIpcGetMemHandle)(Handle* handle, void* device) {
   std::lock_guard<std::mutex> lock(mappingsMutex);
   auto found = mappings.find(device);
-  if (found == mappings.end()) return 1;  // hipErrorInvalidValue
+  if (found == mappings.end()) return 1;  // invalid value
   *handle = found->second;
   return 0;
 }
 
-EXPORT int hipIpcOpenMemHandle(void** device, Handle handle, unsigned /*flags*/) {
+EXPORT int RUNTIME(cuIpcOpenMemHandle_v2, hipIpcOpenMemHandle)(void** device, Handle handle, unsigned /*flags*/) {
   if (handle.pid == getpid()) return 1;  // as on a GPU: not in the process that made it
   std::string path = "/proc/" + std::to_string(handle.pid) + "/fd/" + std::to_string(handle.fd);
   int fd = open(path.c_str(), O_RDWR);
@@ -144,7 +172,9 @@ EXPORT int hipIpcOpenMemHandle(void** device, Handle handle, unsigned /*flags*/)
   return 0;
 }
 
-EXPORT int hipIpcCloseMemHandle(void* device) { return hipFree(device); }
+EXPORT int RUNTIME(cuIpcCloseMemHandle, hipIpcCloseMemHandle)(void* device) {
+  return RUNTIME(cuMemFree_v2, hipFree)(device);
+}
 
 // ---- the kernel
 
@@ -171,6 +201,14 @@ std::atomic<int64_t> launches{0};
 
 }  // namespace
 
+#ifdef EMULATED_CUDA
+EXPORT int cuModuleLoadData(Module** module, const void* image) {
+  std::string text(static_cast<const char*>(image));  // PTX: text up to its NUL
+  if (text.find(".target sm_") == std::string::npos) return 209;
+  *module = new Module{text};
+  return 0;
+}
+#else
 EXPORT int hipModuleLoadData(Module** module, const void* image) {
   const auto* header = static_cast<const unsigned char*>(image);
   const uint16_t machine = static_cast<uint16_t>(header[18] | header[19] << 8);
@@ -184,18 +222,22 @@ EXPORT int hipModuleLoadData(Module** module, const void* image) {
   *module = new Module{std::string(static_cast<const char*>(image), sectionHeaders + uint64_t(entrySize) * count)};
   return 0;
 }
+#endif
 
-EXPORT int hipModuleGetFunction(KernelOnCpu* function, Module* module, const char* name) {
-  if (module->image.find(std::string(name) + ".kd") == std::string::npos) return 500;
+EXPORT int RUNTIME(cuModuleGetFunction, hipModuleGetFunction)(KernelOnCpu* function, Module* module,
+                                                                const char* name) {
+  const std::string declared = RUNTIME(".entry " + std::string(name) + "(", std::string(name) + ".kd");
+  if (module->image.find(declared) == std::string::npos) return 500;
   const char* path = std::getenv("EMULATED_GPU_KERNEL_ON_CPU");
   void* library = path != nullptr ? dlopen(path, RTLD_NOW) : nullptr;
   *function = library != nullptr ? reinterpret_cast<KernelOnCpu>(dlsym(library, "tm_gpu_reduce_on_cpu")) : nullptr;
   return *function != nullptr ? 0 : 500;
 }
 
-EXPORT int hipModuleLaunchKernel(KernelOnCpu function, unsigned gridX, unsigned gridY, unsigned gridZ,
-                                 unsigned blockX, unsigned blockY, unsigned blockZ, unsigned /*sharedBytes*/,
-                                 void* stream, void** arguments, void** /*extra*/) {
+EXPORT int RUNTIME(cuLaunchKernel, hipModuleLaunchKernel)(KernelOnCpu function, unsigned gridX, unsigned gridY,
+                                                         unsigned gridZ, unsigned blockX, unsigned blockY,
+                                                         unsigned blockZ, unsigned /*sharedBytes*/, void* stream,
+                                                         void** arguments, void** /*extra*/) {
   if (gridY != 1 || gridZ != 1 || blockY != 1 || blockZ != 1) return 1;
   // The arguments are read now: they live on the caller's stack.
   auto* launch = new Launch{function, *static_cast<void**>(arguments[0]), {},
