@@ -15,7 +15,10 @@
 #   dtype    ncclDataType_t, op ncclRedOp_t; divisor for AVG (>= 1)
 # The host checks every argument before launching: the kernel trusts them.
 # Each thread handles the elements first, first + stride, ... (a grid-stride
-# loop), so any grid size covers any count.
+# loop, in 16-byte vectors when the buffers allow), so any grid size covers
+# any count.
+
+from std.sys import size_of
 
 from max.gpu import block_dim, global_idx, grid_dim
 
@@ -23,6 +26,7 @@ from reduction import Ptr, accumulation_type, combine, dispatch, finish, narrow,
 
 comptime MAX_SOURCES = 16
 comptime Addresses = SIMD[DType.uint64, MAX_SOURCES]
+comptime VECTOR_BYTES = 16
 
 
 @always_inline
@@ -31,25 +35,37 @@ def source[dt: DType](sources: Addresses, s: Int) -> Pointer[Scalar[dt], MutUntr
 
 
 @always_inline
-def reduce_elements[
-    dt: DType, op: Int
-](dst: Ptr, sources: Addresses, nsrcs: Int, first: Int, stride: Int, count: Int, divisor: Int):
-    """The work of one GPU thread; also run on the CPU by the tests, with
-    `first` and `stride` standing for a thread's place in the grid."""
+def reduce_units[
+    dt: DType, op: Int, w: Int
+](dst: Ptr, sources: Addresses, nsrcs: Int, start: Int, first: Int, stride: Int, units: Int, divisor: Int):
+    """The work of one GPU thread: units first, first + stride, ... of `w`
+    elements each, from element `start` on. The tests also run it on the
+    CPU, with `first` and `stride` standing for a thread's place in the grid."""
     comptime acc = accumulation_type[dt]()
+    comptime alignment = w * size_of[Scalar[dt]]()
     var out = dst.unsafe_bitcast[Scalar[dt]]()
-    var i = first
-    while i < count:
-        var a = widen[acc, dt, 1](source[dt](sources, 0).unsafe_load[width=1](i))
+    var unit = first
+    while unit < units:
+        var i = start + unit * w
+        var a = widen[acc, dt, w](source[dt](sources, 0).unsafe_load[width=w, alignment=alignment](i))
         # Unrolled, so that each address is read from the kernel's arguments
         # as a constant: indexing them with a variable would copy them all to
         # the thread's stack.
         comptime for s in range(1, MAX_SOURCES):
             if s < nsrcs:
-                var b = widen[acc, dt, 1](source[dt](sources, s).unsafe_load[width=1](i))
-                a = combine[op, acc, 1](a, b)
-        out.unsafe_store(i, narrow[dt, acc, 1](finish[op, acc, 1](a, divisor)))
-        i += stride
+                var b = widen[acc, dt, w](source[dt](sources, s).unsafe_load[width=w, alignment=alignment](i))
+                a = combine[op, acc, w](a, b)
+        out.unsafe_store[alignment=alignment](i, narrow[dt, acc, w](finish[op, acc, w](a, divisor)))
+        unit += stride
+
+
+@always_inline
+def vector_aligned(dst: Ptr, sources: Addresses, nsrcs: Int) -> Bool:
+    var aligned = Int(dst) % VECTOR_BYTES == 0
+    comptime for s in range(MAX_SOURCES):
+        if s < nsrcs:
+            aligned = aligned and Int(sources[s]) % VECTOR_BYTES == 0
+    return aligned
 
 
 @always_inline
@@ -64,9 +80,15 @@ def reduce_slice(
     op: Int32,
     divisor: Int,
 ) -> Int32:
+    """16-byte loads and stores where every buffer is 16-byte aligned (the
+    memory system's widest access), then the remaining elements one by one."""
+
     @__parameter
     def run[dt: DType, op: Int]():
-        reduce_elements[dt, op](dst, sources, nsrcs, first, stride, count, divisor)
+        comptime w = VECTOR_BYTES // size_of[Scalar[dt]]()
+        var vectors = count // w if vector_aligned(dst, sources, nsrcs) else 0
+        reduce_units[dt, op, w](dst, sources, nsrcs, 0, first, stride, vectors, divisor)
+        reduce_units[dt, op, 1](dst, sources, nsrcs, vectors * w, first, stride, count - vectors * w, divisor)
 
     return dispatch[run](dtype, op)
 

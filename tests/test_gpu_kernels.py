@@ -54,6 +54,16 @@ def test_ptx_for_sm_90_assembles_without_stack_and_takes_the_launchers_arguments
     assert ptx_parameters(image.read_text(), entry) == expected
 
 
+@pytest.mark.skipif(not PTXAS.exists(), reason=f"no ptxas at {PTXAS} (pip install nvidia-cuda-nvcc-cu12)")
+def test_the_build_also_assembles_sm_90_machine_code_with_the_kernel():
+    """With ptxas at hand the build ships a cubin too, which the driver loads
+    without compiling the PTX at the first collective."""
+    image, entry = gpu_kernel.images()["sm_90"]
+    cubin = image.with_suffix(".cubin").read_bytes()
+    assert cubin[:4] == b"\x7fELF" and int.from_bytes(cubin[18:20], "little") == 190  # EM_CUDA
+    assert entry.encode() + b"\0" in cubin
+
+
 @pytest.mark.skipif(shutil.which("readelf") is None, reason="no readelf (binutils)")
 def test_code_object_for_gfx942_is_an_amd_gpu_elf_with_the_kernel():
     image, entry = gpu_kernel.images()["gfx942"]
@@ -100,8 +110,9 @@ def test_the_kernels_code_matches_the_cpu_kernel_bit_for_bit(on_cpu):
     for name, code in DTYPES.items():
         dtype = getattr(torch, name)
         for op in (mojoccl.SUM, mojoccl.PROD, mojoccl.MAX, mojoccl.MIN, mojoccl.AVG):
-            for nsources in (1, 3, gpu_kernel.MAX_SOURCES):
-                sources = random_sources(dtype, nsources, count, generator)
+            for nsources, offset in ((1, 0), (3, 0), (gpu_kernel.MAX_SOURCES, 0), (3, 1)):
+                # Offset 1: buffers not 16-byte aligned, read element by element.
+                sources = [s[offset:] for s in random_sources(dtype, nsources, count + offset, generator)]
                 expected, actual = torch.empty(count, dtype=dtype), torch.empty(count, dtype=dtype)
                 table = (ctypes.c_void_p * nsources)(*[s.data_ptr() for s in sources])
                 assert cpu.tm_reduce(expected.data_ptr(), table, nsources, count, code, op, nsources) == 0
@@ -109,9 +120,9 @@ def test_the_kernels_code_matches_the_cpu_kernel_bit_for_bit(on_cpu):
                                               nsources)
                 assert on_cpu.tm_gpu_reduce_on_cpu(actual.data_ptr(), values[1], nsources, count, code, op,
                                                    nsources, threads) == 0
-                assert torch.equal(actual.view(torch.uint8), expected.view(torch.uint8)), (name, op, nsources)
+                assert torch.equal(actual.view(torch.uint8), expected.view(torch.uint8)), (name, op, nsources, offset)
                 checked += 1
-    assert checked == len(DTYPES) * 5 * 3
+    assert checked == len(DTYPES) * 5 * 4
 
 
 def test_the_kernels_code_reduces_in_place_and_refuses_unknown_codes(on_cpu):

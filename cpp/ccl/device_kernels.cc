@@ -61,22 +61,23 @@ std::vector<std::string> imagesIn(const std::string& directory, const std::strin
 
 LoadedKernel load(const DeviceRuntime& runtime) {
   const std::string directory = imagesDirectory();
-  const std::string suffix = runtime.imageSuffix();
   std::string tried;
-  for (const std::string& name : imagesIn(directory, suffix)) {
-    const std::string stem = directory + "/" + name.substr(0, name.size() - suffix.size());
-    std::string why;
-    // PTX is text the driver reads up to its terminating NUL.
-    void* module = runtime.loadModule(readFile(directory + "/" + name) + '\0', &why);
-    if (module != nullptr) {
-      std::string entry = readFile(stem + ".entry");
-      entry.erase(entry.find_last_not_of(" \n") + 1);
-      return {runtime.function(module, entry), ""};
+  for (const std::string& suffix : runtime.imageSuffixes()) {
+    for (const std::string& name : imagesIn(directory, suffix)) {
+      const std::string stem = directory + "/" + name.substr(0, name.size() - suffix.size());
+      std::string why;
+      // PTX is text the driver reads up to its terminating NUL.
+      void* module = runtime.loadModule(readFile(directory + "/" + name) + '\0', &why);
+      if (module != nullptr) {
+        std::string entry = readFile(stem + ".entry");
+        entry.erase(entry.find_last_not_of(" \n") + 1);
+        return {runtime.function(module, entry), ""};
+      }
+      tried += (tried.empty() ? "" : ", ") + name + " (" + why + ")";
     }
-    tried += (tried.empty() ? "" : ", ") + name + " (" + why + ")";
   }
   if (tried.empty())
-    return {nullptr, "no GPU kernel images (reduce.*" + suffix + ") in " + directory +
+    return {nullptr, "no GPU kernel images for this GPU's vendor in " + directory +
                          ": torch-mojo was built without MAX (pip install max-core) or for the other GPU vendor"};
   return {nullptr, "this GPU loads none of the GPU kernel images in " + directory + ": " + tried +
                        "; rebuild torch-mojo with TORCH_MOJO_GPU_TARGETS naming this GPU's architecture"};

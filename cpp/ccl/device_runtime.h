@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "mojoccl/nccl.h"
 
@@ -27,8 +28,11 @@ class DeviceRuntime {
   static const DeviceRuntime& get();
 
   bool isHip() const { return hip_; }
-  // Suffix of the GPU kernel images this runtime loads (kernels/gpu_emit.mojo).
-  const char* imageSuffix() const { return hip_ ? ".hsaco" : ".ptx"; }
+  // Suffixes of the GPU kernel images this runtime loads, best first:
+  // machine code before PTX, which the driver must compile first.
+  std::vector<std::string> imageSuffixes() const {
+    return hip_ ? std::vector<std::string>{".hsaco"} : std::vector<std::string>{".cubin", ".ptx"};
+  }
 
   // Copies in either direction (unified addressing), ordered on `stream`.
   void copy(void* destination, const void* source, size_t bytes, ncclStream_t stream) const;

@@ -201,32 +201,45 @@ std::atomic<int64_t> launches{0};
 
 }  // namespace
 
-#ifdef EMULATED_CUDA
-EXPORT int cuModuleLoadData(Module** module, const void* image) {
-  std::string text(static_cast<const char*>(image));  // PTX: text up to its NUL
-  if (text.find(".target sm_") == std::string::npos) return 209;
-  *module = new Module{text};
-  return 0;
-}
-#else
-EXPORT int hipModuleLoadData(Module** module, const void* image) {
+// An ELF image's machine (EM_CUDA 190, EM_AMDGPU 224), or 0 for text; and
+// its size, from its section headers (they come last).
+uint16_t elfMachine(const void* image) {
   const auto* header = static_cast<const unsigned char*>(image);
-  const uint16_t machine = static_cast<uint16_t>(header[18] | header[19] << 8);
-  if (std::memcmp(header, "\x7f" "ELF", 4) != 0 || machine != 224) return 209;  // not for an AMD GPU
-  // The code object's size, from its section headers (they come last).
+  if (std::memcmp(header, "\x7f" "ELF", 4) != 0) return 0;
+  return static_cast<uint16_t>(header[18] | header[19] << 8);
+}
+
+size_t elfSize(const void* image) {
+  const auto* header = static_cast<const unsigned char*>(image);
   uint64_t sectionHeaders;
   uint16_t entrySize, count;
   std::memcpy(&sectionHeaders, header + 40, 8);
   std::memcpy(&entrySize, header + 58, 2);
   std::memcpy(&count, header + 60, 2);
-  *module = new Module{std::string(static_cast<const char*>(image), sectionHeaders + uint64_t(entrySize) * count)};
+  return sectionHeaders + uint64_t(entrySize) * count;
+}
+
+// What the real runtime takes: for CUDA, machine code (a cubin) or PTX text
+// for an sm_ target; for HIP, an AMD GPU code object.
+EXPORT int RUNTIME(cuModuleLoadData, hipModuleLoadData)(Module** module, const void* image) {
+  const uint16_t machine = elfMachine(image);
+  if (machine == RUNTIME(190, 224)) {
+    *module = new Module{std::string(static_cast<const char*>(image), elfSize(image))};
+    return 0;
+  }
+  const std::string text = machine == 0 ? static_cast<const char*>(image) : "";
+  if (!RUNTIME(text.find(".target sm_") != std::string::npos, false)) return 209;
+  *module = new Module{text};
   return 0;
 }
-#endif
 
+// The kernel by its name in the image: a PTX .entry, a cubin's symbol, or an
+// AMD code object's kernel descriptor (<name>.kd).
 EXPORT int RUNTIME(cuModuleGetFunction, hipModuleGetFunction)(KernelOnCpu* function, Module* module,
                                                                 const char* name) {
-  const std::string declared = RUNTIME(".entry " + std::string(name) + "(", std::string(name) + ".kd");
+  const bool elf = elfMachine(module->image.data()) != 0;
+  const std::string symbol = std::string(name) + RUNTIME(std::string(1, '\0'), ".kd");
+  const std::string declared = elf ? symbol : ".entry " + std::string(name) + "(";
   if (module->image.find(declared) == std::string::npos) return 500;
   const char* path = std::getenv("EMULATED_GPU_KERNEL_ON_CPU");
   void* library = path != nullptr ? dlopen(path, RTLD_NOW) : nullptr;
