@@ -65,10 +65,12 @@ class Comm {
 
   // From any thread: makes every wait of this communicator fail promptly.
   void abort() { aborted_.store(true); }
-  // After abort(), once no call is active: unmaps shared memory.
+  // After abort(), once no call is active: unmaps shared memory and frees
+  // the device buffer (an aborted communicator is never destroyed).
   void releaseTransports() {
     shm_.reset();
     fabric_.reset();
+    devicePeers_.reset();
   }
   ncclResult_t asyncError() const { return asyncError_.load(); }
 

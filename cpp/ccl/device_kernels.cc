@@ -65,14 +65,15 @@ LoadedKernel load(const DeviceRuntime& runtime) {
   for (const std::string& suffix : runtime.imageSuffixes()) {
     for (const std::string& name : imagesIn(directory, suffix)) {
       const std::string stem = directory + "/" + name.substr(0, name.size() - suffix.size());
-      std::string why;
+      std::string why, entry = readFile(stem + ".entry");
+      entry.erase(entry.find_last_not_of(" \r\n") + 1);
       // PTX is text the driver reads up to its terminating NUL.
-      void* module = runtime.loadModule(readFile(directory + "/" + name) + '\0', &why);
+      void* module = entry.empty() ? nullptr : runtime.loadModule(readFile(directory + "/" + name) + '\0', &why);
       if (module != nullptr) {
-        std::string entry = readFile(stem + ".entry");
-        entry.erase(entry.find_last_not_of(" \n") + 1);
-        return {runtime.function(module, entry), ""};
+        if (void* function = runtime.function(module, entry, &why)) return {function, ""};
+        runtime.unloadModule(module);  // built apart from its .entry: try the next image
       }
+      if (entry.empty()) why = "no entry point name in " + stem + ".entry";
       tried += (tried.empty() ? "" : ", ") + name + " (" + why + ")";
     }
   }

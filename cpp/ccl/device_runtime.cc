@@ -49,9 +49,11 @@ DeviceRuntime::DeviceRuntime() {
   bind(closeIpc_, library, "cuIpcCloseMemHandle", "hipIpcCloseMemHandle");
   bind(loadModule_, library, "cuModuleLoadData", "hipModuleLoadData");
   bind(function_, library, "cuModuleGetFunction", "hipModuleGetFunction");
+  bind(unloadModule_, library, "cuModuleUnload", "hipModuleUnload");
   bind(launch_, library, "cuLaunchKernel", "hipModuleLaunchKernel");
   if (hip_) {
     currentDevice_ = reinterpret_cast<decltype(currentDevice_)>(dlsym(library, "hipGetDevice"));
+    hipLastError_ = reinterpret_cast<decltype(hipLastError_)>(dlsym(library, "hipGetLastError"));
     hipErrorString_ = reinterpret_cast<decltype(hipErrorString_)>(dlsym(library, "hipGetErrorString"));
   } else {
     currentContext_ = reinterpret_cast<decltype(currentContext_)>(dlsym(library, "cuCtxGetCurrent"));
@@ -59,7 +61,8 @@ DeviceRuntime::DeviceRuntime() {
   }
 }
 
-std::string DeviceRuntime::errorText(int result) const {
+std::string DeviceRuntime::failure(int result) const {
+  if (hipLastError_ != nullptr) hipLastError_();
   const char* text = nullptr;
   if (hipErrorString_ != nullptr) text = hipErrorString_(result);
   if (cudaErrorString_ != nullptr) cudaErrorString_(result, &text);
@@ -68,7 +71,7 @@ std::string DeviceRuntime::errorText(int result) const {
 
 void DeviceRuntime::check(int result, const std::string& what) const {
   if (result != 0)
-    fail(ncclUnhandledCudaError, what + " failed in " + name_ + ": " + errorText(result));
+    fail(ncclUnhandledCudaError, what + " failed in " + name_ + ": " + failure(result));
 }
 
 template <typename Fn>
@@ -132,15 +135,20 @@ void* DeviceRuntime::loadModule(const std::string& image, std::string* why) cons
   void* module = nullptr;
   int result = required(loadModule_, "module loading", name_)(&module, image.data());
   if (result == 0) return module;
-  *why = errorText(result);
+  *why = failure(result);
   return nullptr;
 }
 
-void* DeviceRuntime::function(void* module, const std::string& name) const {
+void* DeviceRuntime::function(void* module, const std::string& name, std::string* why) const {
   void* function = nullptr;
-  check(required(function_, "module functions", name_)(&function, module, name.c_str()),
-        "finding kernel " + name);
-  return function;
+  int result = required(function_, "module functions", name_)(&function, module, name.c_str());
+  if (result == 0) return function;
+  *why = "no kernel " + name + ": " + failure(result);
+  return nullptr;
+}
+
+void DeviceRuntime::unloadModule(void* module) const {
+  if (unloadModule_ != nullptr) unloadModule_(module);
 }
 
 void DeviceRuntime::launch(void* function, unsigned grid, unsigned block, void** arguments,

@@ -48,13 +48,18 @@ class DeviceRuntime {
   uintptr_t currentDevice() const;
   // nullptr, with `why` set, when the image does not load (another GPU architecture).
   void* loadModule(const std::string& image, std::string* why) const;
-  void* function(void* module, const std::string& name) const;
+  // nullptr, with `why` set, when the module has no such kernel.
+  void* function(void* module, const std::string& name, std::string* why) const;
+  void unloadModule(void* module) const;
   void launch(void* function, unsigned grid, unsigned block, void** arguments, ncclStream_t stream) const;
 
  private:
   DeviceRuntime();
   void check(int result, const std::string& what) const;
-  std::string errorText(int result) const;
+  // The text of a failed call's code. HIP also keeps it as the thread's
+  // last error, which torch's next kernel launch check would raise as its
+  // own: this reads it off, since libmojoccl reports or handles the failure.
+  std::string failure(int result) const;
   template <typename Fn>
   void bind(Fn& slot, void* library, const char* cudaName, const char* hipName);
 
@@ -73,6 +78,8 @@ class DeviceRuntime {
   int (*currentDevice_)(int*) = nullptr;     // HIP
   int (*loadModule_)(void**, const void*) = nullptr;
   int (*function_)(void**, void*, const char*) = nullptr;
+  int (*unloadModule_)(void*) = nullptr;
+  int (*hipLastError_)() = nullptr;
   int (*launch_)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
                  void**, void**) = nullptr;
   int (*cudaErrorString_)(int, const char**) = nullptr;

@@ -107,6 +107,8 @@ EXPORT int cuCtxGetCurrent(void** context) {
 #else
 EXPORT const char* hipGetErrorString(int error) { return errorText(error); }
 
+EXPORT int hipGetLastError() { return 0; }
+
 EXPORT int hipGetDevice(int* device) {
   *device = 0;
   return 0;
@@ -230,6 +232,11 @@ EXPORT int RUNTIME(cuModuleLoadData, hipModuleLoadData)(Module** module, const v
   const std::string text = machine == 0 ? static_cast<const char*>(image) : "";
   if (!RUNTIME(text.find(".target sm_") != std::string::npos, false)) return 209;
   *module = new Module{text};
+  return 0;
+}
+
+EXPORT int RUNTIME(cuModuleUnload, hipModuleUnload)(Module* module) {
+  delete module;
   return 0;
 }
 
