@@ -61,21 +61,20 @@ void networkAllGatherWithHeaders(const NetworkGroup& group, const std::vector<ch
                                  size_t headerBytes, std::vector<std::vector<char>>& payloads,
                                  const std::function<size_t(const char* header)>& payloadBytes) {
   const std::vector<char>& ours = payloads[group.self];
+  std::vector<HeaderedMessage> messages;
+  std::vector<int> sender;  // the member each receive comes from
   for (int member = 0; member < group.size(); ++member) {
     if (member == group.self) continue;
-    // Buffered: a large payload completes only once its receiver, who
-    // waits for our header first, has posted the receive.
-    group.fabric.postBufferedSend(group.ranks[member], headers[group.self], headerBytes);
-    group.fabric.postBufferedSend(group.ranks[member], ours.data(), ours.size());
-    group.fabric.postRecv(group.ranks[member], headers[member], headerBytes);
+    const int peer = group.ranks[member];
+    messages.push_back({true, peer, headers[group.self], ours.data(), ours.size()});
+    messages.push_back({false, peer, headers[member], nullptr, 0});
+    sender.resize(messages.size(), member);
   }
-  group.fabric.waitAll(group.what);  // every header: now the payloads' sizes are known
-  for (int member = 0; member < group.size(); ++member) {
-    if (member == group.self) continue;
-    payloads[member].resize(payloadBytes(headers[member]));
-    group.fabric.postRecv(group.ranks[member], payloads[member].data(), payloads[member].size());
-  }
-  group.fabric.waitAll(group.what);
+  exchangeHeadered(group.fabric, messages, headerBytes, [&](size_t index) {
+    std::vector<char>& payload = payloads[sender[index]];
+    payload.resize(payloadBytes(headers[sender[index]]));
+    return std::make_pair(static_cast<void*>(payload.data()), payload.size());
+  }, group.what);
 }
 
 }  // namespace mojoccl

@@ -148,12 +148,9 @@ void runTransfers(ShmTransport& shm, const std::vector<Transfer>& transfers) {
   Progress(shm, transfers).run();
 }
 
-// Across nodes every message is preceded by a small one that describes it.
-// The receiver reads that first and then receives the message at the size
-// it really has (a shorter receive would be a provider error), so a receive
-// of another size consumes the message and names both sides, as within a
-// node, and the communicator stays usable. Sends are buffered
-// (FabricTransport::postBufferedSend) and both parts go at once.
+// Across nodes every message is preceded by a small one that describes it
+// (exchangeHeadered), so a receive of another size consumes the message and
+// names both sides, as within a node, and the communicator stays usable.
 void runRemoteTransfers(FabricTransport& fabric, int self, const std::vector<Transfer>& transfers,
                         const std::string& what) {
   struct Header {
@@ -163,34 +160,26 @@ void runRemoteTransfers(FabricTransport& fabric, int self, const std::vector<Tra
     uint32_t reserved;
   };
   std::vector<Header> headers(transfers.size());
+  std::vector<HeaderedMessage> messages;
   for (size_t i = 0; i < transfers.size(); ++i) {
     const Transfer& transfer = transfers[i];
-    if (transfer.isSend) {
+    if (transfer.isSend)
       headers[i] = {transfer.count, transfer.sequence, static_cast<uint32_t>(transfer.datatype), 0};
-      fabric.postBufferedSend(transfer.peer, &headers[i], sizeof(Header));
-      fabric.postBufferedSend(transfer.peer, transfer.buffer, bytesOf(transfer));
-    } else {
-      fabric.postRecv(transfer.peer, &headers[i], sizeof(Header));
-    }
+    messages.push_back({transfer.isSend, transfer.peer, &headers[i], transfer.buffer, bytesOf(transfer)});
   }
-  fabric.waitAll(what);
   std::string mismatch;
   std::vector<std::vector<char>> discarded;
-  for (size_t i = 0; i < transfers.size(); ++i) {
+  exchangeHeadered(fabric, messages, sizeof(Header), [&](size_t i) {
     const Transfer& transfer = transfers[i];
-    if (transfer.isSend) continue;
     const Header& sent = headers[i];
-    if (sent.count == transfer.count && sent.datatype == static_cast<uint32_t>(transfer.datatype)) {
-      fabric.postRecv(transfer.peer, transfer.buffer, bytesOf(transfer));
-      continue;
-    }
+    if (sent.count == transfer.count && sent.datatype == static_cast<uint32_t>(transfer.datatype))
+      return std::make_pair(transfer.buffer, bytesOf(transfer));
     if (mismatch.empty())
       mismatch = mismatchText(transfer.peer, sent.count, sent.datatype, sent.sequence, self, transfer);
     size_t datatypeBytes = datatypeSize(static_cast<ncclDataType_t>(sent.datatype));
     discarded.emplace_back(sent.count * (datatypeBytes ? datatypeBytes : 1));
-    fabric.postRecv(transfer.peer, discarded.back().data(), discarded.back().size());
-  }
-  fabric.waitAll(what);
+    return std::make_pair(static_cast<void*>(discarded.back().data()), discarded.back().size());
+  }, what);
   if (!mismatch.empty()) throw MismatchError(mismatch);
 }
 

@@ -375,4 +375,25 @@ void FabricTransport::failRequest(const fi_cq_err_entry& error, const std::strin
                             peer + " failed: " + library_.strerror(error.err) + " (" + detail + ")");
 }
 
+void exchangeHeadered(FabricTransport& fabric, const std::vector<HeaderedMessage>& messages,
+                      size_t headerBytes,
+                      const std::function<std::pair<void*, size_t>(size_t index)>& receiveInto,
+                      const std::string& what) {
+  for (const HeaderedMessage& message : messages) {
+    if (message.isSend) {
+      fabric.postBufferedSend(message.peer, message.header, headerBytes);
+      fabric.postBufferedSend(message.peer, message.payload, message.payloadBytes);
+    } else {
+      fabric.postRecv(message.peer, message.header, headerBytes);
+    }
+  }
+  fabric.waitAll(what);  // every header: now the payloads' sizes are known
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (messages[i].isSend) continue;
+    const std::pair<void*, size_t> payload = receiveInto(i);
+    fabric.postRecv(messages[i].peer, payload.first, payload.second);
+  }
+  fabric.waitAll(what);
+}
+
 }  // namespace mojoccl

@@ -20,12 +20,14 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <rdma/fabric.h>
@@ -125,5 +127,26 @@ class FabricTransport {
   uint64_t regionWatch_ = 0;
   bool traceRegistrations_ = false;
 };
+
+// A message preceded by a small header that describes it. The receiver
+// takes the header first and then the message at the size the header
+// announces (a receive of another size would be a provider error), so a
+// message of an unexpected size still arrives whole and can be reported.
+struct HeaderedMessage {
+  bool isSend;
+  int peer;
+  void* header;               // sent from, or received into
+  const void* payload;        // sends only
+  size_t payloadBytes;        // sends only
+};
+
+// Posts `messages` in order (sends buffered: header and payload go at once,
+// and every header receive), waits for them; then `receiveInto(i)` says
+// where the payload of receive `messages[i]` goes and how long it is, and
+// those receives are posted and waited for.
+void exchangeHeadered(FabricTransport& fabric, const std::vector<HeaderedMessage>& messages,
+                      size_t headerBytes,
+                      const std::function<std::pair<void*, size_t>(size_t index)>& receiveInto,
+                      const std::string& what);
 
 }  // namespace mojoccl
