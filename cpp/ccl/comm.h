@@ -123,9 +123,10 @@ class Comm {
   void setUpDevicePeers();
   void agreeOnDeviceCall(const Call& call);
   void deviceBarrier();
-  // For each chunk of at most `chunk` of `count` elements: `stage` fills
-  // this rank's buffer, then, once every rank's is full, `read` reads them.
-  void inDeviceChunks(size_t count, size_t chunk, ncclStream_t stream,
+  // For each chunk of at most `chunk` of the call's elements: `stage` fills
+  // this rank's buffer, then, once every rank's is full (and, at the first,
+  // every rank agrees on the call), `read` reads them.
+  void inDeviceChunks(const Call& call, size_t chunk, ncclStream_t stream,
                       const std::function<void(size_t, size_t)>& stage,
                       const std::function<void(size_t, size_t)>& read);
   void deviceCollective(const Call& call, ncclStream_t stream);

@@ -88,7 +88,8 @@ void Comm::setUpDevicePeers() {
   devicePeers_ = std::move(buffers);
 }
 
-// Every rank learns, before any data moves, whether all issued this call.
+// Every rank learns, before any rank reads another's buffer, whether all issued
+// this call (a mismatch is the same MismatchError as on the host path).
 void Comm::agreeOnDeviceCall(const Call& call) {
   std::vector<CallSignature> calls(size_);
   const CallSignature mine = CallSignature::of(call);
@@ -102,15 +103,22 @@ void Comm::deviceBarrier() {
   allReduce(&token, &token, 1, ncclInt32, ncclMin);
 }
 
-void Comm::inDeviceChunks(size_t count, size_t chunk, ncclStream_t stream,
+void Comm::inDeviceChunks(const Call& call, size_t chunk, ncclStream_t stream,
                           const std::function<void(size_t, size_t)>& stage,
                           const std::function<void(size_t, size_t)>& read) {
   const DeviceRuntime& runtime = DeviceRuntime::get();
-  for (size_t first = 0; first < count; first += chunk) {
-    const size_t n = std::min(chunk, count - first);
-    stage(first, n);
+  // One pass even for an empty call: the ranks agree on every call.
+  for (size_t first = 0; first == 0 || first < call.count; first += chunk) {
+    const size_t n = std::min(chunk, call.count - first);
+    if (n > 0) stage(first, n);
     runtime.synchronize(stream);
-    deviceBarrier();  // every rank's part is in its buffer
+    // Every rank's part is in its buffer. Before the first read, the
+    // all-gather of the call's signature is that barrier.
+    if (first == 0)
+      agreeOnDeviceCall(call);
+    else
+      deviceBarrier();
+    if (n == 0) return;
     read(first, n);
     runtime.synchronize(stream);
     deviceBarrier();  // no rank reads a buffer any more
@@ -118,7 +126,6 @@ void Comm::inDeviceChunks(size_t count, size_t chunk, ncclStream_t stream,
 }
 
 void Comm::deviceCollective(const Call& call, ncclStream_t stream) {
-  agreeOnDeviceCall(call);
   const DeviceRuntime& runtime = DeviceRuntime::get();
   const size_t element = datatypeSize(call.datatype);
   const size_t capacity = devicePeers_->bytes() / element;  // elements per buffer
@@ -129,36 +136,36 @@ void Comm::deviceCollective(const Call& call, ncclStream_t stream) {
   auto peer = [&](int rank, size_t at) { return static_cast<const char*>(devicePeers_->all()[rank]) + at * element; };
   // Every rank's buffer from element `at` on, in rank order, reduced into `to`.
   auto reduceBuffers = [&](void* to, size_t at, size_t n) {
-    std::vector<const void*> sources(size_);
+    const void* sources[kMaxDeviceSources];
     for (int rank = 0; rank < size_; ++rank) sources[rank] = peer(rank, at);
-    reduceOnDevice(to, sources.data(), size_, n, call.datatype, call.op, size_, stream);
+    reduceOnDevice(to, sources, size_, n, call.datatype, call.op, size_, stream);
   };
   auto stageSend = [&](size_t first, size_t n) { copy(own, send + first * element, n); };
 
   switch (call.kind) {
     case CallKind::AllReduce:
-      return inDeviceChunks(call.count, capacity, stream, stageSend,
+      return inDeviceChunks(call, capacity, stream, stageSend,
                             [&](size_t first, size_t n) { reduceBuffers(recv + first * element, 0, n); });
     case CallKind::Reduce:
-      return inDeviceChunks(call.count, capacity, stream, stageSend, [&](size_t first, size_t n) {
+      return inDeviceChunks(call, capacity, stream, stageSend, [&](size_t first, size_t n) {
         if (rank_ == call.root) reduceBuffers(recv + first * element, 0, n);
       });
     case CallKind::ReduceScatter:
       // A chunk holds the same elements of every rank's slice, slice by slice.
       return inDeviceChunks(
-          call.count, capacity / size_, stream,
+          call, capacity / size_, stream,
           [&](size_t first, size_t n) {
             for (int slice = 0; slice < size_; ++slice)
               copy(own + slice * n * element, send + (slice * call.count + first) * element, n);
           },
           [&](size_t first, size_t n) { reduceBuffers(recv + first * element, rank_ * n, n); });
     case CallKind::AllGather:
-      return inDeviceChunks(call.count, capacity, stream, stageSend, [&](size_t first, size_t n) {
+      return inDeviceChunks(call, capacity, stream, stageSend, [&](size_t first, size_t n) {
         for (int rank = 0; rank < size_; ++rank) copy(recv + (rank * call.count + first) * element, peer(rank, 0), n);
       });
     case CallKind::Broadcast:
       return inDeviceChunks(
-          call.count, capacity, stream,
+          call, capacity, stream,
           [&](size_t first, size_t n) {
             if (rank_ == call.root) stageSend(first, n);
           },
