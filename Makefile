@@ -1,6 +1,7 @@
 # The two commands of the README, with their set-up:
 #   make demo   set up, build, and train the DDP example on 2 ranks over `mojo`
 #   make test   set up, build, and run the test suite
+#   make spack-check   also install torch-mojo with Spack (slow; not in `make test`)
 # A second run reuses the environment and the build.
 
 VENV := .venv
@@ -8,13 +9,18 @@ BIN := $(VENV)/bin
 NPROC ?= 2
 SOURCES := $(shell find cpp kernels modulefiles cmake -type f) CMakeLists.txt pyproject.toml
 
-.PHONY: demo test build setup clean
+.PHONY: demo test spack-check build setup clean
 
 demo: build
 	$(BIN)/torchrun --standalone --nproc-per-node=$(NPROC) examples/train_ddp.py
 
 test: build
 	$(BIN)/python -m pytest tests
+
+# `spack install py-torch-mojo` with Spack from ../shared/vendor, and the
+# installed module training 2 ranks (about ten minutes).
+spack-check: build
+	$(BIN)/python -m pytest tests -m spack_install
 
 build: $(VENV)/.built
 

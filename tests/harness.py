@@ -48,7 +48,7 @@ class RanksJob:
     that nobody drains would block a chatty rank, and with it every rank
     waiting for it."""
 
-    def __init__(self, command, world_size, env=None, rank_env=None):
+    def __init__(self, command, world_size, env=None, rank_env=None, rank_prefix=None):
         self.scratch = tempfile.TemporaryDirectory()
         port = free_port()
         self.processes = []
@@ -67,7 +67,8 @@ class RanksJob:
             full_env = {**os.environ, **rank_vars, **(env or {}), **((rank_env or {}).get(rank, {}))}
             out = open(os.path.join(self.scratch.name, f"rank{rank}.out"), "w+")
             err = open(os.path.join(self.scratch.name, f"rank{rank}.err"), "w+")
-            process = subprocess.Popen(command, env=full_env, cwd=self.scratch.name, stdout=out, stderr=err)
+            argv = [*(rank_prefix or {}).get(rank, []), *command]  # e.g. unshare for one "node"
+            process = subprocess.Popen(argv, env=full_env, cwd=self.scratch.name, stdout=out, stderr=err)
             self.processes.append((process, out, err))
 
     def stdout(self, rank):
@@ -120,11 +121,12 @@ def run_ranks(
     timeout: float = 120,
     env: dict[str, str] | None = None,
     rank_env: dict[int, dict[str, str]] | None = None,
+    rank_prefix: dict[int, list[str]] | None = None,
     check: bool = True,
 ) -> list[RankResult]:
     """Runs `command` on `world_size` ranks and waits for all of them. A job
     that outlives `timeout` is killed and fails the test."""
-    return RanksJob(command, world_size, env, rank_env).wait(timeout, check)
+    return RanksJob(command, world_size, env, rank_env, rank_prefix).wait(timeout, check)
 
 
 def worker_command(name: str, *args: str) -> list[str]:

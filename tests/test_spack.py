@@ -1,11 +1,13 @@
 """spack/: the package repository and the site environments.
 
-Spack itself cannot be obtained on these machines, so `spack install` is not
-run here (docs/install.md says so). What can be checked honestly is: the
-files compile and parse; every CMake option the package passes is one of
-ours, and CMake configures with the values it would pass; every variant,
-environment variable and `torch-mojo modulefile` option it names exists;
-the environments point at this source tree and this repository.
+With Spack (tests/spack_site.py, from ../shared/vendor): `spack audit` finds
+nothing in our packages, `spack info` names where the source comes from,
+and both site environments concretize as a site's would. Without it: every
+CMake option the package passes is one of ours and CMake configures with the
+values it would pass; every variant, environment variable and `torch-mojo
+modulefile` option it names exists; the environments point at this source
+tree and this repository. The install itself, the variants' conflicts and
+the GPU toolchain are in tests/test_spack_install.py (`make spack-check`).
 """
 
 import ast
@@ -19,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests import spack_site
 from tests.harness import ROOT
 from torch_mojo import env, modulefile
 from torch_mojo.libraries import on_library_path
@@ -170,23 +173,19 @@ def test_the_modulefile_it_writes_uses_real_options(tmp_path):
 
 def test_the_versions_it_pins_are_pyprojects():
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    mojo = next(r for r in pyproject["build-system"]["requires"] if r.startswith("mojo=="))
+    mojo = next(r for r in pyproject["build-system"]["requires"] if r.startswith("mojo==")).split("==")[1]
     text = PACKAGE.read_text()
-    assert f'depends_on("py-mojo-compiler@{mojo.split("==")[1]}", type="build")' in text
+    assert f'MOJO_VERSION = "{mojo}"' in text and 'depends_on(f"py-mojo-compiler@{MOJO_VERSION}", type="build")' in text
     assert pyproject["project"]["dependencies"] == ["torch>=2.13,<2.14"] and '"py-torch@2.13+distributed"' in text
-    for name in ("py_mojo_compiler", "py_mojo_compiler_mojo_libs"):
-        wheel = REPO / "packages" / name / "package.py"
-        pypi = re.search(r'pypi = "([^"]+)"', wheel.read_text()).group(1)
-        listed = pypi.split("/")[1].split("-")[1]
-        assert re.search(rf'version\(\s*"{re.escape(listed)}"', wheel.read_text()), name
-        assert listed == mojo.split("==")[1]
-    # MAX, for the GPU kernel: the version the development environment uses.
+    # The Mojo wheels, and MAX's for the GPU kernel: the versions the
+    # development environment uses.
+    compiler = (REPO / "packages" / "py_mojo_compiler" / "package.py").read_text()
+    pypi = re.search(r'pypi = "([^"]+)"', compiler).group(1)
+    assert pypi.split("/")[1].split("-")[1] == mojo and re.search(rf'version\(\s*"{re.escape(mojo)}"', compiler)
     max_core = re.search(r"^max-core==(\S+)", (ROOT / "requirements-dev.txt").read_text(), re.M).group(1)
-    assert f'depends_on("py-max-core@{max_core}", type="build", when="+cuda")' in text
-    for name in ("py_max_core", "py_max_mojo_libs", "py_max_shmem_libs"):
-        wheel = (REPO / "packages" / name / "package.py").read_text()
-        assert re.search(r'pypi = "[^/]+/[a-z_]+-([^-]+)-', wheel).group(1) == max_core, name
-        assert re.search(rf'version\(\s*"{re.escape(max_core)}"', wheel), name
+    wheels = dict(re.findall(r'"([a-z-]+)/[a-z_]+-([0-9.]+)-[^"]*\.whl"', compiler))
+    assert wheels == {"mojo-compiler": mojo, "mojo-compiler-mojo-libs": mojo, "max-core": max_core,
+                      "max-mojo-libs": max_core, "max-shmem-libs": max_core}
 
 
 @pytest.mark.parametrize("path", ENVIRONMENTS, ids=lambda path: path.parent.name)
@@ -197,9 +196,77 @@ def test_site_environment(path):
     check_tokens(ours[0], declared_variants(PACKAGE))
     develop = spack["develop"]["py-torch-mojo"]
     assert (path.parent / develop["path"]).resolve() == ROOT.resolve()
-    assert develop["spec"] == "py-torch-mojo@=main" and 'version("main")' in PACKAGE.read_text()
+    assert develop["spec"] == "py-torch-mojo@=main" and 'version("main", branch="main")' in PACKAGE.read_text()
     repository = Path(spack["repos"]["torch_mojo"].replace("$env", str(path.parent)))
     assert (repository / "repo.yaml").exists()
     for name, settings in spack["packages"].items():
         for external in settings.get("externals", []):
             assert external["spec"].split("@")[0] == name and external["prefix"].startswith("/"), name
+
+
+# ---------------------------------------------------------------- with Spack
+# The first command of a new site indexes builtin (two to three minutes);
+# each environment's solve takes about two minutes of one core.
+with_spack = pytest.mark.timeout(1200)
+
+
+@pytest.fixture(scope="module")
+def site():
+    reason = spack_site.missing()
+    if reason:
+        pytest.skip(reason)
+    return spack_site.Site().prepare()
+
+
+@with_spack
+def test_spack_audit_finds_nothing_in_our_packages(site):
+    packages = [path.name.replace("_", "-") for path in (REPO / "packages").iterdir()]
+    result = site.spack("audit", "packages", *packages)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count(": passed") == 4 and "error" not in result.stdout.lower(), result.stdout
+
+
+@with_spack
+def test_spack_info_names_the_source(site):
+    info = site.check("info", "py-torch-mojo")
+    assert "main    [git] https://github.com/torch-mojo/torch-mojo.git on branch main" in info
+    torch = site.check("info", "py-torch")
+    assert "2.13.0    [git] https://github.com/pytorch/pytorch.git at commit cf30153c" in torch
+    assert "Preferred version:  \n    2.13.0" in torch
+
+
+@pytest.fixture(scope="module")
+def concretized(site, tmp_path_factory):
+    """Both site environments, concretized at once (about two minutes of
+    one core each), as copies that point at this checkout."""
+    copies = {path.parent.name: spack_site.copy_environment(path, tmp_path_factory.mktemp(path.parent.name))
+              for path in ENVIRONMENTS}
+    results = site.run_all({name: (("-e", copy, "concretize", "--fresh"), {}) for name, copy in copies.items()})
+    return {name: (results[name], copy) for name, copy in copies.items()}
+
+
+@with_spack
+def test_the_mi300a_environment_concretizes(concretized):
+    result, copy = concretized["mi300a-slingshot"]
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    lock = spack_site.Lock(copy)
+    assert lock.variant("py-torch-mojo", "rocm") and lock.variant("py-torch-mojo", "amdgpu_target") == ["gfx942"]
+    # The CPU build of torch (RCCL brings the only HIP runtime), RCCL for
+    # the same GPU, MAX for the GPU kernel, the compiler that targets zen4.
+    assert not lock.variant("py-torch", "rocm") and not lock.variant("py-torch", "cuda")
+    assert lock.variant("rccl", "amdgpu_target") == ["gfx942"] and lock.node("rccl")["external"]
+    assert lock.variant("py-mojo-compiler", "max")
+    assert lock.target("py-torch-mojo") == "zen4" and lock.node("gcc")["version"] == "13.2.0"
+    assert {"libfabric", "rccl", "hip", "py-torch", "py-mojo-compiler"} <= lock.dependencies("py-torch-mojo")
+
+
+@with_spack
+def test_the_h100_environment_concretizes(concretized):
+    result, copy = concretized["h100-infiniband"]
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    lock = spack_site.Lock(copy)
+    assert lock.variant("py-torch-mojo", "cuda") and lock.variant("py-torch-mojo", "cuda_arch") == ["90"]
+    # torch and NCCL built for the same GPUs as torch-mojo's kernel.
+    assert lock.variant("py-torch", "cuda") and lock.variant("py-torch", "cuda_arch") == ["90"]
+    assert lock.variant("nccl", "cuda_arch") == ["90"] and lock.node("nccl")["external"]
+    assert lock.node("py-torch")["version"] == "2.13.0" and lock.variant("py-mojo-compiler", "max")

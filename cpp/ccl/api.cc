@@ -1,6 +1,7 @@
 // The C API: NCCL's entry points, each a thin shell around Comm that turns
 // exceptions into ncclResult_t codes and ncclGetLastError() text.
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <new>
 #include <string>
@@ -13,6 +14,7 @@
 #include "device_staging.h"
 #include "error.h"
 #include "mojoccl/nccl.h"
+#include "transports/fabric.h"
 #include "transports/shared_regions.h"
 
 #define MOJOCCL_API extern "C" __attribute__((visibility("default")))
@@ -192,6 +194,21 @@ MOJOCCL_API const char* ncclGetErrorString(ncclResult_t result) {
 
 MOJOCCL_API const char* ncclGetLastError(ncclComm_t /*comm: NCCL ignores it too*/) {
   return lastError.c_str();
+}
+
+// libmojoccl's own: which provider and domain a communicator spanning nodes
+// would open on this rank, as text ("tcp;ofi_rxm on lo (libfabric 1.17,
+// ...)"); when it could not, ncclInvalidUsage and ncclGetLastError() say why.
+MOJOCCL_API ncclResult_t mojocclDescribeFabric(char* text, size_t size) {
+  return guarded([&] {
+    if (text == nullptr || size == 0) mojoccl::fail(ncclInvalidArgument, "mojocclDescribeFabric: no buffer");
+    const mojoccl::LibFabric& library = mojoccl::LibFabric::get();
+    mojoccl::FabricChoice choice = mojoccl::chooseFabric(library);
+    std::string description = choice.info ? mojoccl::describeFabric(choice.info, library) : "";
+    if (choice.list) library.freeinfo(choice.list);
+    if (!choice.failure.empty()) mojoccl::fail(ncclInvalidUsage, choice.failure);
+    snprintf(text, size, "%s", description.c_str());
+  });
 }
 
 MOJOCCL_API ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {

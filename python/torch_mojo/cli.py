@@ -157,6 +157,8 @@ def main(argv=None):
     bench = commands.add_parser(
         "bench", help="collective benchmarks: mojo against gloo and MPI (see --help)", add_help=False)
     bench.add_argument("--nproc", type=int, default=2, help="ranks to start when not run under a launcher")
+    commands.add_parser("doctor", help="check a job's set-up before it trains: run it as the job is run "
+                        "(see --help)", add_help=False)
     module = commands.add_parser("modulefile", help="an Lmod modulefile for this installation")
     module.add_argument("--site", default="generic", help="site variant: generic (default), mi300a-slingshot, "
                         "h100-infiniband")
@@ -175,6 +177,10 @@ def main(argv=None):
     args, rest = parser.parse_known_args(argv)
     if args.command == "bench":
         return _bench(args.nproc, rest)
+    if args.command == "doctor":
+        from torch_mojo import doctor
+
+        return doctor.main(rest)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "info":

@@ -38,6 +38,18 @@
 
 namespace mojoccl {
 
+// The provider and domain a rank's endpoint opens, from MOJOCCL_FABRIC_PROVIDER,
+// MOJOCCL_FABRIC_DOMAIN and MOJOCCL_SOCKET_IFNAME: chosen by one function
+// for the transport and for `torch-mojo doctor` (mojocclDescribeFabric).
+struct FabricChoice {
+  fi_info* list = nullptr;  // fi_getinfo's answer, the caller's to free
+  fi_info* info = nullptr;  // the entry of `list` to open; null on failure
+  std::string failure;      // why there is none, and what to set
+};
+FabricChoice chooseFabric(const LibFabric& library);
+// "tcp;ofi_rxm on lo (libfabric 1.17, /usr/lib/.../libfabric.so.1)"
+std::string describeFabric(const fi_info* info, const LibFabric& library);
+
 class FabricTransport {
  public:
   // Collective over `bootstrap`: every rank of the communicator opens an

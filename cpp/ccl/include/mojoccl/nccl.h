@@ -117,6 +117,11 @@ ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int
 ncclResult_t ncclGroupStart(void);
 ncclResult_t ncclGroupEnd(void);
 
+/* libmojoccl's own (not NCCL's): the libfabric provider and domain a
+ * communicator spanning nodes would open on this rank, as text; on failure
+ * ncclInvalidUsage, with the reason in ncclGetLastError(). */
+ncclResult_t mojocclDescribeFabric(char* text, size_t size);
+
 #ifdef __cplusplus
 }
 #endif

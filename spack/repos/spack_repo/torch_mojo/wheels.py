@@ -1,21 +1,44 @@
 # Copyright torch-mojo contributors. SPDX-License-Identifier: BSD-3-Clause
-"""Packages installed from a wheel on PyPI."""
+"""Packages installed from wheels on PyPI."""
 
-from spack_repo.builtin.build_systems.python import PythonPackage
+import glob
+import os
+import types
 
-from spack.package import requires
+from spack_repo.builtin.build_systems.python import PythonPackage, PythonPipBuilder
+
+from spack.package import requires, resource
+
+
+def pypi_wheel_url(pypi: str) -> str:
+    """Where PyPI keeps the wheel `pypi` names (as a package's `pypi`
+    attribute does): Spack's address for a source file, with the wheel's
+    Python tag in place of "source"."""
+    source_url = PythonPackage.__dict__["url"].__get__(None, types.SimpleNamespace(pypi=pypi))
+    return source_url.replace("/source/", "/py3/", 1)
 
 
 class PypiWheelPackage(PythonPackage):
     """`pypi = "<name>/<wheel file>"` names the wheel of one version; its
-    versions are declared with `expand=False` (pip installs the wheel)."""
+    versions are declared with `expand=False` (pip installs the wheel).
+    Wheels declared with `wheel_resource` are installed with it, into the
+    same prefix: packages shipped as several wheels expect one tree."""
 
     def url_for_version(self, version):
-        # PyPI keeps a wheel under its Python tag where an sdist is under
-        # "source": the address `pypi` gives, with that part and the version
-        # changed.
         listed_version = self.pypi.split("/")[1].split("-")[1]
-        return type(self).url.replace("/source/", "/py3/", 1).replace(listed_version, str(version))
+        return pypi_wheel_url(self.pypi).replace(listed_version, str(version))
+
+    def install(self, spec, prefix):
+        resources = glob.glob(os.path.join(self.stage.source_path, "**", "*.whl"), recursive=True)
+        python("-m", "pip", *PythonPipBuilder.std_args(self), f"--prefix={prefix}",  # noqa: F821
+               self.stage.archive_file, *sorted(resources))
+
+
+def wheel_resource(pypi: str, sha256: str, when: str):
+    """Another wheel installed with the package's own, `pypi` naming it as
+    the `pypi` attribute does."""
+    name = pypi.split("/")[0]
+    resource(name=name, url=pypi_wheel_url(pypi), sha256=sha256, expand=False, placement=name, when=when)
 
 
 class LinuxX86WheelPackage(PypiWheelPackage):

@@ -7,6 +7,14 @@ from spack_repo.builtin.build_systems.rocm import ROCmPackage
 
 from spack.package import *
 
+# The Mojo compiler the kernels are built with, and the GPU architectures
+# for which it compiles torch-mojo's GPU kernel (each of Spack's tried).
+MOJO_VERSION = "1.2.0"
+MOJO_CUDA_ARCHS = ("52", "60", "61", "75", "80", "86", "87", "89", "90", "90a", "100", "100a", "103", "103a",
+                   "110", "110a", "120", "120a", "121", "121a")
+MOJO_AMDGPU_TARGETS = ("gfx90a", "gfx942", "gfx950", "gfx1030", "gfx1100", "gfx1101", "gfx1102", "gfx1103",
+                       "gfx1150", "gfx1151", "gfx1152", "gfx1200", "gfx1201", "gfx1250")
+
 
 class PyTorchMojo(PythonPackage, CudaPackage, ROCmPackage):
     """torch-mojo: the `mojo` torch.distributed backend for PyTorch. A c10d
@@ -14,13 +22,15 @@ class PyTorchMojo(PythonPackage, CudaPackage, ROCmPackage):
     or NCCL for GPU tensors, or libmojoccl, torch-mojo's own library (shared
     memory within a node, libfabric between nodes, reductions in Mojo)."""
 
+    homepage = "https://github.com/torch-mojo/torch-mojo"
+    git = "https://github.com/torch-mojo/torch-mojo.git"
+
     license("BSD-3-Clause")
 
-    # No release has been published yet. The environments in spack/environments
-    # build a checkout of the source tree (their `develop:` section); a site
-    # that mirrors the repository can name it with packages.yaml's
-    # `package_attributes: {git: ...}`.
-    version("main")
+    # No release has been published yet: `main` is the development branch.
+    # The environments in spack/environments build the checkout they sit in
+    # instead (their `develop:` section).
+    version("main", branch="main")
 
     variant("libfabric", default=True, description="Record the site's libfabric for node-to-node collectives")
     variant(
@@ -31,7 +41,23 @@ class PyTorchMojo(PythonPackage, CudaPackage, ROCmPackage):
         description="Collective library for GPU tensors when TORCH_MOJO_BACKEND_CCL is unset: "
         "vendor (RCCL/NCCL) or mojo (libmojoccl)",
     )
-    conflicts("+rocm", when="+cuda", msg="a build drives either AMD (+rocm) or NVIDIA (+cuda) GPUs")
+    conflicts("+rocm", when="+cuda", msg="a build drives either AMD (+rocm) or NVIDIA (+cuda) GPUs, not both")
+    conflicts("ccl=mojo", when="~cuda~rocm",
+              msg="ccl=mojo makes libmojoccl the library for GPU tensors, which needs its GPU kernel: "
+              "add +cuda cuda_arch=... or +rocm amdgpu_target=...")
+    conflicts("cuda_arch=none", when="+cuda",
+              msg="name the GPUs the kernel is compiled for: cuda_arch=90 (H100/H200), 80 (A100), ...")
+    # The GPU kernel is compiled with Mojo, which knows these architectures.
+    for arch in CudaPackage.cuda_arch_values:
+        if arch not in MOJO_CUDA_ARCHS:
+            conflicts(f"cuda_arch={arch}", when="+cuda",
+                      msg=f"Mojo {MOJO_VERSION} cannot compile for sm_{arch}: "
+                      f"cuda_arch takes {', '.join(MOJO_CUDA_ARCHS)}")
+    for target in ROCmPackage.amdgpu_targets:
+        if target.split(":")[0] not in MOJO_AMDGPU_TARGETS:
+            conflicts(f"amdgpu_target={target}", when="+rocm",
+                      msg=f"Mojo {MOJO_VERSION} cannot compile for {target}: "
+                      f"amdgpu_target takes {', '.join(MOJO_AMDGPU_TARGETS)}")
 
     depends_on("c", type="build")
     depends_on("cxx", type="build")
@@ -42,10 +68,10 @@ class PyTorchMojo(PythonPackage, CudaPackage, ROCmPackage):
     depends_on("py-pybind11@2.12:", type=("build", "link"))
     depends_on("nlohmann-json", type="build")
     # The kernels are compiled ahead of time: Mojo is needed to build only.
-    depends_on("py-mojo-compiler@1.2.0", type="build")
+    depends_on(f"py-mojo-compiler@{MOJO_VERSION}", type="build")
     # MAX lets Mojo compile the GPU kernel for the build's GPU targets.
-    depends_on("py-max-core@26.7.0", type="build", when="+cuda")
-    depends_on("py-max-core@26.7.0", type="build", when="+rocm")
+    depends_on("py-mojo-compiler+max", type="build", when="+cuda")
+    depends_on("py-mojo-compiler+max", type="build", when="+rocm")
 
     # The C++ core is compiled against torch's C++ API: it runs only with
     # the torch it was built against.
@@ -53,7 +79,9 @@ class PyTorchMojo(PythonPackage, CudaPackage, ROCmPackage):
     # On AMD, the CPU build of torch: a ROCm build of torch would load a
     # second HIP runtime next to the one RCCL uses.
     depends_on("py-torch~rocm~cuda", when="+rocm")
-    depends_on("py-torch+cuda", when="+cuda")
+    # On NVIDIA, a CUDA build of torch for the same GPUs.
+    for arch in CudaPackage.cuda_arch_values:
+        depends_on(f"py-torch+cuda cuda_arch={arch}", when=f"+cuda cuda_arch={arch}")
 
     # libfabric's headers build the node-to-node transport, which loads the
     # library at run time; +libfabric also records the site's for that.
@@ -71,7 +99,8 @@ class PyTorchMojo(PythonPackage, CudaPackage, ROCmPackage):
         recorded so that torch-mojo loads them first at run time."""
         settings = {
             "cmake.define.TORCH_MOJO_DEFAULT_CCL": spec.variants["ccl"].value,
-            "cmake.define.TORCH_MOJO_GPU_TARGETS": ";".join(self.gpu_targets()),
+            # "none": no GPU kernel, even where MAX is importable.
+            "cmake.define.TORCH_MOJO_GPU_TARGETS": ";".join(self.gpu_targets()) or "none",
         }
         if spec.satisfies("+libfabric"):
             settings["cmake.define.TORCH_MOJO_LIBFABRIC_LIBRARY"] = self.shared_library("libfabric", "libfabric.so.1")
@@ -83,7 +112,8 @@ class PyTorchMojo(PythonPackage, CudaPackage, ROCmPackage):
 
     def gpu_targets(self):
         if self.spec.satisfies("+rocm"):
-            return list(self.spec.variants["amdgpu_target"].value)
+            # Mojo names the architecture alone (gfx90a, not gfx90a:xnack-).
+            return sorted({target.split(":")[0] for target in self.spec.variants["amdgpu_target"].value})
         if self.spec.satisfies("+cuda"):
             return [f"sm_{arch}" for arch in self.spec.variants["cuda_arch"].value]
         return []
@@ -107,11 +137,13 @@ class PyTorchMojo(PythonPackage, CudaPackage, ROCmPackage):
         own module generation."""
         arguments = ["-m", "torch_mojo.cli", "modulefile", "--site", self.modulefile_site(),
                      "--output", join_path(self.prefix, "share", "modulefiles")]
+        platlib = self.spec["python"].package.platlib
         for dependency in self.spec.traverse(deptype="run", root=False):
-            paths = {"PATH": dependency.prefix.bin,
-                     "PYTHONPATH": join_path(dependency.prefix, self.spec["python"].package.platlib)}
+            paths = {"PATH": dependency.prefix.bin, "PYTHONPATH": join_path(dependency.prefix, platlib)}
             arguments += [f"--prepend-path={name}={path}" for name, path in paths.items() if os.path.isdir(path)]
-        python(*arguments)
+        # The command describes the installation it runs from: this one.
+        own_first = os.pathsep.join(filter(None, [join_path(self.prefix, platlib), os.environ.get("PYTHONPATH")]))
+        python(*arguments, extra_env={"PYTHONPATH": own_first})
 
     def modulefile_site(self):
         # gfx942: the MI300 series, MI300A among them.

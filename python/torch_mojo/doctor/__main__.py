@@ -1,0 +1,5 @@
+import sys
+
+from torch_mojo.doctor import main
+
+sys.exit(main())

@@ -1,0 +1,176 @@
+"""What one rank of a job knows about itself: where it runs, the cores it
+may use, its device, the collective libraries it would load, the
+transports it would use within and between nodes, its environment (and
+what is wrong with it), and its cache directory. Nothing here talks to
+other ranks or initialises a process group."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import socket
+
+from torch_mojo import __version__, launcher, libraries
+from torch_mojo.doctor import variables
+
+# libfabric providers that drive a fabric NIC (the others run over
+# sockets or shared memory).
+HARDWARE_PROVIDERS = ("cxi", "verbs", "efa", "psm2", "psm3", "opx", "usnic")
+SOCKET_PROVIDERS = ("tcp", "sockets", "udp", "net")
+# Filesystems that every node of a cluster mounts.
+SHARED_FILESYSTEMS = ("nfs", "nfs4", "lustre", "gpfs", "beegfs", "fuse.beegfs", "cifs", "ceph", "fuse.sshfs",
+                      "wekafs", "fuse.dvs", "dvs", "panfs", "orangefs")
+
+
+def node_identity() -> str:
+    """The node as libmojoccl groups ranks into nodes (bootstrap.cc):
+    MOJOCCL_HOSTID, else the host name and the kernel's boot id."""
+    configured = os.environ.get("MOJOCCL_HOSTID")
+    if configured:
+        return configured
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as file:
+            boot_id = file.read().strip()
+    except OSError:
+        boot_id = ""
+    return f"{socket.gethostname()}/{boot_id}"
+
+
+def cpu_ranges(cpus) -> str:
+    """[0, 1, 2, 5] -> "0-2,5"."""
+    cpus, ranges = sorted(cpus), []
+    for cpu in cpus:
+        if ranges and cpu == ranges[-1][1] + 1:
+            ranges[-1][1] = cpu
+        else:
+            ranges.append([cpu, cpu])
+    return ",".join(str(low) if low == high else f"{low}-{high}" for low, high in ranges)
+
+
+def filesystem_of(path: str) -> str:
+    """The type of the filesystem `path` is on (the deepest mount above it)."""
+    path, best, kind = os.path.realpath(path), "", "unknown"
+    try:
+        with open("/proc/self/mounts") as mounts:
+            for line in mounts:
+                fields = line.split()
+                mount_point = fields[1].replace("\\040", " ")
+                inside = path == mount_point or path.startswith(mount_point.rstrip("/") + "/")
+                if inside and len(mount_point) >= len(best):
+                    best, kind = mount_point, fields[2]
+    except OSError:
+        pass
+    return kind
+
+
+def cache_facts() -> dict:
+    from torch_mojo.cli import cache_dir
+
+    path = cache_dir()
+    existing = path
+    while not os.path.exists(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    kind = filesystem_of(existing)
+    return {"path": path, "exists": os.path.isdir(path), "writable": os.access(existing, os.W_OK),
+            "filesystem": kind, "shared_filesystem": kind in SHARED_FILESYSTEMS}
+
+
+def _loaded_version(lookup) -> dict:
+    report = lookup.to_dict()
+    if lookup.path:
+        try:
+            from torch_mojo import _C
+
+            report["version"] = _C._library_version(lookup.path, "library")
+        except (ImportError, RuntimeError) as error:
+            report["load_error"] = str(error)
+    return report
+
+
+def device_facts() -> dict:
+    """This rank's device, chosen as a training script chooses it."""
+    from torch_mojo.distributed import use_local_rank_gpu
+
+    use_local_rank_gpu()
+    accelerator = libraries.current_accelerator()
+    facts = {"device": str(accelerator) if accelerator else "cpu", "libraries": {}}
+    facts["libraries"]["cpu"] = _loaded_version(libraries.find_mojoccl())
+    if accelerator:
+        if libraries.accelerator_ccl() == "mojo":
+            lookup = libraries.find_mojoccl()
+        else:
+            vendor = libraries.accelerator_vendor(accelerator.type)
+            lookup = libraries.find_nccl() if vendor == "nvidia" else libraries.find_rccl()
+        facts["libraries"][accelerator.type] = _loaded_version(lookup)
+    return facts
+
+
+def describe_fabric() -> tuple[str | None, str | None]:
+    """(what libmojoccl would open between nodes, or why it cannot): asked
+    of libmojoccl itself, which chooses the provider and domain."""
+    from torch_mojo.mojoccl import Library
+
+    try:
+        library = Library()
+    except OSError as error:
+        return None, f"libmojoccl does not load: {error}"
+    text = ctypes.create_string_buffer(1024)
+    code = library.lib.mojocclDescribeFabric(text, ctypes.c_size_t(len(text)))
+    if code != 0:
+        return None, library.lib.ncclGetLastError(None).decode()
+    return text.value.decode(), None
+
+
+def fabric_facts() -> dict:
+    lookup = libraries.find_libfabric()
+    facts = {"library": lookup.path, "source": lookup.source, "version": None, "providers": [],
+             "hardware": [], "parameters": {}}
+    if lookup.path:
+        details = libraries.libfabric_details(lookup.path)
+        facts.update(version=details["version"], providers=details["providers"],
+                     parameters=variables.libfabric_parameters(lookup.path))
+        facts["hardware"] = sorted({name.split(";")[0] for name in details["providers"]
+                                    if name.split(";")[0] in HARDWARE_PROVIDERS})
+    choice = libraries.fabric_provider_choice(facts["providers"])
+    facts["provider"], facts["provider_source"] = choice["provider"], choice["source"]
+    facts["in_use"], facts["failure"] = describe_fabric() if lookup.path else (None, lookup.source)
+    return facts
+
+
+def environment_of_interest(environ) -> dict[str, str]:
+    """The variables that shape collectives: ours, NCCL's and libfabric's."""
+    from torch_mojo.env import PREFIXES
+
+    return {name: value for name, value in sorted(environ.items())
+            if name.startswith(PREFIXES + ("NCCL_", "FI_", "TORCH_NCCL_", "TORCH_FR_"))}
+
+
+def gather() -> dict:
+    """Everything this rank reports, as JSON-ready data."""
+    import torch
+
+    environ = dict(os.environ)
+    facts = {
+        "rank": int(environ.get("RANK", 0)), "local_rank": int(environ.get("LOCAL_RANK", 0)),
+        "world_size": int(environ.get("WORLD_SIZE", 1)), "launcher": launcher.launcher() or "none",
+        "host": socket.gethostname(), "node": node_identity(), "pid": os.getpid(),
+        "cpus": sorted(os.sched_getaffinity(0)), "online_cpus": os.cpu_count(),
+        "torch_mojo": __version__, "torch": torch.__version__,
+        "bootstrap_interface": environ.get("MOJOCCL_SOCKET_IFNAME") or "auto",
+        "environment": environment_of_interest(environ), "cache": cache_facts(),
+    }
+    try:
+        facts.update(device_facts())
+    except (RuntimeError, ValueError) as error:
+        facts.update(device="unusable", libraries={}, device_error=str(error))
+    facts["fabric"] = fabric_facts()
+    fabric = facts["fabric"]
+    # Slingshot: cxi chosen by the user, or the default where a cxi NIC is.
+    slingshot = fabric["provider"] == "cxi" and (fabric["provider_source"] != "the default" or "cxi" in fabric["hardware"])
+    nccl = libraries.find_nccl().path or libraries.find_rccl().path
+    facts["problems"] = [
+        *variables.review_ours(environ),
+        *variables.review_nccl(environ, nccl),
+        *variables.review_libfabric(environ, fabric.pop("parameters"), slingshot),
+    ]
+    return facts
