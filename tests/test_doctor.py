@@ -41,7 +41,7 @@ def test_one_node_two_ranks():
     result = doctor("--nproc", "2", "--size", "4M")
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("torch-mojo doctor: 2 ranks, 2 checked in, on 1 node (started by none)")
+    assert lines[0].startswith("torch-mojo doctor: 2 ranks, 2 checked in, on 1 node (launcher: none)")
     header = next(line for line in lines if line.startswith("rank"))
     assert header.split()[:6] == ["rank", "node", "host", "local", "device", "cpus"]
     rows = [line.split() for line in lines[lines.index(header) + 1:lines.index(header) + 3]]
@@ -139,3 +139,27 @@ def test_a_cache_directory_that_is_not_shared(tmp_path):
     assert summary["exit_status"] == 0, summary["problems"]
     warning = next(m for m in messages(summary, "warning") if m.startswith("the cache directory"))
     assert f"the cache directory {cache} is not shared between the nodes" in warning
+
+
+@pytest.fixture(scope="module")
+def fabric_nic(tmp_path_factory):
+    """FI_PROVIDER_PATH with tests/fabric_nic's stand-in provider, built as
+    libfabric's `cxi`: libfabric then reports a cxi NIC (domain cxi0)."""
+    directory = tmp_path_factory.mktemp("providers")
+    subprocess.run(["cc", "-shared", "-fPIC", '-DPROVIDER_NAME="cxi"', "-o", str(directory / "libcxi-fi.so"),
+                    str(ROOT / "tests" / "fabric_nic" / "stand_in_provider.c"), "-l:libfabric.so.1"],
+                   check=True, timeout=60)
+    return str(directory)
+
+
+def test_tcp_where_a_fabric_nic_is(fabric_nic):
+    env = {**FABRIC, "FI_PROVIDER_PATH": fabric_nic}
+    one_node = report(run_ranks([*DOCTOR, "--json", "--size", "1M"], 1, env=env, timeout=60))
+    assert one_node["ranks"][0]["fabric"]["hardware"] == ["cxi"] and one_node["exit_status"] == 0
+    expected = "collectives between nodes would go over TCP (tcp, from MOJOCCL_FABRIC_PROVIDER) although this " \
+               "node has a fabric NIC (cxi): set MOJOCCL_FABRIC_PROVIDER=cxi"
+    assert any(expected in message for message in messages(one_node, "warning"))
+    results = run_ranks([*DOCTOR, "--json"], 2, env=env, rank_env=on_nodes("a", "b"), timeout=60, check=False)
+    two_nodes = report(results)
+    assert [result.returncode for result in results] == [1, 1] and not two_nodes["measured"]
+    assert any(expected in message for message in messages(two_nodes, "error"))

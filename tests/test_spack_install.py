@@ -24,7 +24,9 @@ REFUSED = {
     "py-torch-mojo+cuda+rocm cuda_arch=90 amdgpu_target=gfx942":
         "a build drives either AMD (+rocm) or NVIDIA (+cuda) GPUs, not both",
     "py-torch-mojo ccl=mojo": "ccl=mojo makes libmojoccl the library for GPU tensors, which needs its GPU kernel",
+    "py-torch-mojo+cuda": "name the GPUs the kernel is compiled for: cuda_arch=90 (H100/H200)",
     "py-torch-mojo+cuda cuda_arch=70": "Mojo 1.2.0 cannot compile for sm_70",
+    "py-torch-mojo+rocm amdgpu_target=gfx908": "Mojo 1.2.0 cannot compile for gfx908",
 }
 
 

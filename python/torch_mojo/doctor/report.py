@@ -42,7 +42,7 @@ def header_lines(job: Job, world_size: int) -> list[str]:
     first = job.facts[min(job.facts)] if job.facts else {}
     lines = [f"torch-mojo doctor: {world_size} ranks, {len(job.facts)} checked in, on {len(nodes)} "
              f"node{'s' if len(nodes) != 1 else ''}"
-             + (f" (started by {first['launcher']}); torch-mojo {first['torch_mojo']}, torch {first['torch']}"
+             + (f" (launcher: {first['launcher']}); torch-mojo {first['torch_mojo']}, torch {first['torch']}"
                 if first else "")]
     if not job.facts:
         return lines
