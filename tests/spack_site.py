@@ -59,6 +59,8 @@ def missing() -> str | None:
         import clingo  # noqa: F401  Spack's concretizer
     except ImportError:
         return "clingo, Spack's solver, is not installed in this venv (it is in requirements-dev.txt)"
+    if shutil.which("dpkg-query") is None:
+        return "the site's libfabric and nlohmann-json are Debian's packages, and dpkg-query is not here"
     return None
 
 
@@ -112,7 +114,12 @@ class Site:
                 running[name] = (args, self.start(*args, **options))
             name = next(iter(running))
             args, process = running.pop(name)
-            stdout, stderr = process.communicate(timeout=timeout)
+            try:
+                stdout, stderr = process.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                for _, other in [(args, process), *running.values()]:
+                    other.kill()
+                raise
             done[name] = subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
         return done
 
@@ -181,9 +188,9 @@ class Workstation:
         self.mirror = site.home / "mirror"
         self.venv = site.home / "site-venv"
 
-    def prepare(self, wheels_of=("py-mojo-compiler",), variants="") -> "Workstation":
+    def prepare(self) -> "Workstation":
         self._make_venv()
-        self._fill_mirror(variants)
+        self._fill_mirror()
         version, _ = base_python()
         python_dependency = [{"spec": f"python@{version}"}]
         packages = {
@@ -221,16 +228,17 @@ class Workstation:
         return version.split("+")[0]  # 2.13.0+cpu -> 2.13.0
 
     def _make_venv(self):
-        python = self.venv / "bin" / "python"
-        if python.exists():
+        python, ready = self.venv / "bin" / "python", self.venv / "ready"
+        if ready.exists():
             return
+        shutil.rmtree(self.venv, ignore_errors=True)  # what a failed attempt left
         venv.EnvBuilder(with_pip=True).create(self.venv)
-        # The interpreter of the site's Python, as Spack's external names it.
         requirements = [python_requirement(name) for name in ("torch", "numpy", "pybind11", "scikit-build-core")]
         subprocess.run([python, "-m", "pip", "install", "--quiet", *requirements, "wheel"], check=True,
                        timeout=1800)
+        ready.touch()
 
-    def _fill_mirror(self, variants: str):
+    def _fill_mirror(self):
         """The wheels py-mojo-compiler names (its own and its resources'),
         under the names a Spack source mirror keeps them by: their sha256."""
         package = OUR_REPOSITORY / "packages" / "py_mojo_compiler" / "package.py"

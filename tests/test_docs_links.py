@@ -26,8 +26,7 @@ def anchors(page) -> set[str]:
 
 
 def committed() -> set[str]:
-    listing = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
-                             text=True, check=True).stdout
+    listing = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     return set(listing.split())
 
 

@@ -9,6 +9,7 @@ toolchain of the GPU builds (py-mojo-compiler+max) compiles the GPU kernel.
 
 import json
 import subprocess
+import sys
 
 import pytest
 
@@ -46,8 +47,8 @@ def source_copy(tmp_path_factory):
     copy = tmp_path_factory.mktemp("source")
     files = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
                            check=True).stdout
-    subprocess.run(["tar", "--null", "-T", "-", "-cf", "-"], input=files, cwd=ROOT, check=True,
-                   stdout=open(copy / "source.tar", "wb"))
+    with open(copy / "source.tar", "wb") as archive:
+        subprocess.run(["tar", "--null", "-T", "-", "-cf", "-"], input=files, cwd=ROOT, check=True, stdout=archive)
     subprocess.run(["tar", "-xf", "source.tar"], cwd=copy, check=True)
     (copy / "source.tar").unlink()
     return copy
@@ -96,7 +97,7 @@ def test_the_gpu_toolchain_compiles_the_kernel(solved, workstation, tmp_path):
             [f"{prefix}/bin/mojo", "run", "-D", f"TORCH_MOJO_GPU_TARGET={target}", str(ROOT / "kernels" / "gpu_emit.mojo"),
              str(tmp_path / image), str(tmp_path / "entry")],
             env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "cache"),
-                 "PYTHONPATH": f"{prefix}/lib/python3.11/site-packages"},
+                 "PYTHONPATH": f"{prefix}/lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages"},
             capture_output=True, text=True, timeout=600)
         assert compiled.returncode == 0, compiled.stderr[-3000:]
         assert (tmp_path / image).read_bytes().startswith(magic) and (tmp_path / "entry").read_text().strip()

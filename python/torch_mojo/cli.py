@@ -30,18 +30,7 @@ def info() -> dict:
 
         built_with = _C.BUILT_WITH_TORCH
     except ImportError as error:
-        _C, built_with = None, f"C++ core not loadable: {error}"
-
-    def loaded(lookup):
-        """The lookup, with the version the library answers when loaded as
-        a process group loads it (or why it does not load)."""
-        report = lookup.to_dict()
-        if lookup.path and _C is not None:
-            try:
-                report["version"] = _C._library_version(lookup.path, "library")
-            except RuntimeError as error:
-                report["load_error"] = str(error)
-        return report
+        built_with = f"C++ core not loadable: {error}"
 
     accelerator = libraries.current_accelerator()
     build = libraries.build_info()
@@ -60,7 +49,7 @@ def info() -> dict:
         },
         "accelerator": str(accelerator) if accelerator else None,
         "accelerator_ccl": libraries.accelerator_ccl(),
-        "collective_libraries": {device: loaded(lookup)
+        "collective_libraries": {device: libraries.with_version(lookup)
                                  for device, lookup in libraries.collective_libraries().items()},
         "libfabric": {**fabric.to_dict(), **fabric_details,
                       "between_nodes": libraries.fabric_provider_choice(fabric_details.get("providers", []))},
@@ -138,7 +127,7 @@ def _bench(nproc, arguments):
     start `nproc` ranks on this machine with torchrun."""
     from torch_mojo import bench, launcher
 
-    if "RANK" in os.environ or launcher.started_by_mpi() or "-h" in arguments or "--help" in arguments:
+    if launcher.is_rank_of_a_job() or "-h" in arguments or "--help" in arguments:
         return bench.main(arguments)
     import subprocess
 

@@ -249,6 +249,12 @@ class Review:
     invalid: dict[str, str]  # name: what is wrong with its value
 
 
+def closest_hint(name: str, known) -> str:
+    """"; did you mean X?" for the name of `known` closest to `name`, or ""."""
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
 def review_environment(environ=None) -> Review:
     environ = os.environ if environ is None else environ
     review = Review({}, {}, {})
@@ -257,9 +263,7 @@ def review_environment(environ=None) -> Review:
         if variable is None and not name.startswith(PREFIXES):
             continue  # not ours: the rest of the environment
         if variable is None:
-            close = difflib.get_close_matches(name, BY_NAME, n=1, cutoff=0.75)
-            hint = f"; did you mean {close[0]}?" if close else ""
-            review.unknown[name] = f"{name} is not a torch-mojo variable and has no effect{hint}"
+            review.unknown[name] = f"{name} is not a torch-mojo variable and has no effect" + closest_hint(name, BY_NAME)
             continue
         review.known[name] = environ[name]
         problem = variable.problem_with(environ[name])

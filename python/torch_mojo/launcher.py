@@ -56,6 +56,12 @@ def started_by_mpi() -> bool:
     return launcher() in ("openmpi", "pmi") or "PMIX_RANK" in os.environ or "PMI_RANK" in os.environ
 
 
+def is_rank_of_a_job() -> bool:
+    """Whether a launcher (torchrun, srun, mpirun) or the caller (RANK)
+    made this process a rank of a job, rather than a command to start one."""
+    return "RANK" in os.environ or launcher() is not None
+
+
 def _ranks(kind):
     """(rank, world size, local rank, local world size or None)."""
     if kind == "slurm":

@@ -203,17 +203,37 @@ def accelerator_vendor(device_type: str) -> str:
     return vendor
 
 
-def accelerator_library(device_type: str) -> tuple[str, str]:
-    """(path, kind) of the library for `device_type` tensors, kind being
-    nccl, rccl or mojoccl. Raises RuntimeError when the vendor's library
-    is missing, saying what to install or set for that vendor."""
+def accelerator_lookup(device_type: str) -> tuple[Lookup, str]:
+    """The search for the library of `device_type` tensors, and its kind:
+    nccl, rccl or mojoccl."""
     if accelerator_ccl() == "mojo":
-        return find_mojoccl().path, "mojoccl"
+        return find_mojoccl(), "mojoccl"
     vendor = accelerator_vendor(device_type)
-    lookup = find_nccl() if vendor == "nvidia" else find_rccl()
+    return (find_nccl(), "nccl") if vendor == "nvidia" else (find_rccl(), "rccl")
+
+
+def accelerator_library(device_type: str) -> tuple[str, str]:
+    """(path, kind) of the library for `device_type` tensors. Raises
+    RuntimeError when the vendor's library is missing, saying what to
+    install or set for that vendor."""
+    lookup, kind = accelerator_lookup(device_type)
     if lookup.path is None:
-        raise RuntimeError(missing_library_message(vendor, lookup))
-    return lookup.path, "nccl" if vendor == "nvidia" else "rccl"
+        raise RuntimeError(missing_library_message("nvidia" if kind == "nccl" else "amd", lookup))
+    return lookup.path, kind
+
+
+def with_version(lookup: Lookup) -> dict:
+    """The lookup, with the version the library answers when loaded as a
+    process group loads it (or why it does not load)."""
+    report = lookup.to_dict()
+    if lookup.path:
+        try:
+            from torch_mojo import _C
+
+            report["version"] = _C._library_version(lookup.path, "library")
+        except (ImportError, RuntimeError) as error:
+            report["load_error"] = str(error)
+    return report
 
 
 # Device types whose tensors the process group can take besides the CPU's:

@@ -38,7 +38,7 @@ static void clean_up(void) {}
 
 static struct fi_provider provider = {
     .version = FI_VERSION(1, 0),
-    .fi_version = FI_VERSION(1, 17),
+    .fi_version = FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION),  /* fi_getinfo skips older ones */
     .name = PROVIDER_NAME,
     .getinfo = get_info,
     .fabric = open_fabric,

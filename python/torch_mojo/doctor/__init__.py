@@ -16,6 +16,7 @@ crawl, on every rank.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -29,6 +30,10 @@ from torch_mojo import launcher
 MEASURE_TIMEOUT_S = 60
 
 
+class DoctorError(RuntimeError):
+    """What stops one rank of the doctor, said on that rank."""
+
+
 def parse(argv):
     from torch_mojo.bench import parse_size
 
@@ -39,25 +44,26 @@ def parse(argv):
     parser.add_argument("--size", type=parse_size, default=16 << 20,
                         help="bytes of the bandwidth measurements and the all-reduce (default 16M)")
     parser.add_argument("--timeout", type=float, default=MEASURE_TIMEOUT_S,
-                        help=f"seconds a measurement may take before the job is ended (default {MEASURE_TIMEOUT_S})")
+                        help="the process group's timeout for the measurements, in seconds: a measurement "
+                        f"that takes longer ends the job with the watchdog's report (default {MEASURE_TIMEOUT_S})")
     return parser.parse_args(argv)
-
-
-def under_launcher() -> bool:
-    return "RANK" in os.environ or launcher.launcher() is not None
 
 
 def main(argv=None) -> int:
     args = parse(argv)
-    if not under_launcher():
+    if not launcher.is_rank_of_a_job():
         return start_ranks(args.nproc, sys.argv[1:] if argv is None else argv)
-    launcher.adopt_launcher_environment()
-    return run_rank(args)
+    try:
+        launcher.adopt_launcher_environment()
+        return run_rank(args)
+    except (DoctorError, launcher.LauncherError) as error:
+        print(f"torch-mojo doctor, rank {os.environ.get('RANK', '?')}: {error}", file=sys.stderr)
+        return 1
 
 
 def start_ranks(nproc: int, argv: list[str]) -> int:
-    """One node: `nproc` ranks of the doctor on this machine, as torchrun
-    --standalone would start them; the status is the job's."""
+    """One node: `nproc` ranks of the doctor on this machine, with the
+    variables torchrun gives its workers; 1 when any rank failed."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -66,105 +72,143 @@ def start_ranks(nproc: int, argv: list[str]) -> int:
         environ = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nproc),
                    "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
         processes.append(subprocess.Popen([sys.executable, "-m", "torch_mojo.doctor", *argv], env=environ))
-    return max(process.wait() for process in processes)
+    statuses = [process.wait() for process in processes]
+    return 0 if all(status == 0 for status in statuses) else 1
 
 
 def bootstrap_timeout() -> float:
     from torch_mojo.env import BY_NAME
 
-    return float(os.environ.get("MOJOCCL_BOOTSTRAP_TIMEOUT_S") or BY_NAME["MOJOCCL_BOOTSTRAP_TIMEOUT_S"].default)
+    variable = BY_NAME["MOJOCCL_BOOTSTRAP_TIMEOUT_S"]
+    value = os.environ.get(variable.name) or variable.default
+    problem = variable.problem_with(value)
+    if problem:
+        raise DoctorError(problem)
+    return float(value)
 
 
-def marker_path(cache: dict, node: str) -> str | None:
+def job_variables() -> tuple[int, int]:
+    try:
+        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    except (KeyError, ValueError):
+        raise DoctorError("RANK and WORLD_SIZE must be integers (a launcher sets them, with MASTER_ADDR "
+                          "and MASTER_PORT)") from None
+
+
+# ------------------------------------------------------------- cache markers
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def marker_path(cache: dict, node: str) -> str:
     """A file of this job and node in the cache directory: the other nodes
     look for it to tell whether they share the directory."""
-    if not cache["writable"]:
-        return None
     job = "/".join(os.environ.get(name, "") for name in ("MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
                                                           "SLURM_JOB_ID"))
-    digest = lambda text: hashlib.sha256(text.encode()).hexdigest()[:16]  # noqa: E731
-    return os.path.join(cache["path"], f".doctor-{digest(job)}-{digest(node)}")
+    return os.path.join(cache["path"], f".doctor-{_digest(job)}-{_digest(node)}")
 
 
-def nodes_seen(nodes: list[str], mine: dict) -> list[str]:
-    paths = {node: marker_path(mine["cache"], node) for node in nodes}
-    return [node for node, path in paths.items() if path and os.path.exists(path)]
+@contextlib.contextmanager
+def node_marker(facts: dict):
+    """Local rank 0 of each node leaves a marker in the cache directory for
+    the doctor's run (where the directory is writable)."""
+    path = marker_path(facts["cache"], facts["node"])
+    mine = facts["local_rank"] == 0 and facts["cache"]["writable"]
+    if mine:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        open(path, "w").close()
+    try:
+        yield
+    finally:
+        if mine:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
 
+
+def nodes_seen(nodes: list[str], facts: dict) -> list[str] | None:
+    """The nodes whose markers local rank 0 finds (None for the others)."""
+    if facts["local_rank"] != 0:
+        return None
+    return [node for node in nodes if os.path.exists(marker_path(facts["cache"], node))]
+
+
+# ------------------------------------------------------------- the ranks
 
 def run_rank(args) -> int:
-    from torch_mojo.doctor import checks, job, report
+    from torch_mojo.doctor import job
     from torch_mojo.doctor.facts import gather
 
-    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    rank, world_size = job_variables()
     timeout = bootstrap_timeout()
     try:
         store = job.connect(timeout)
-    except Exception as error:  # noqa: BLE001  what the store reports is the message
-        print(f"torch-mojo doctor, rank {rank}: cannot reach the job's store at {os.environ['MASTER_ADDR']}:"
-              f"{os.environ['MASTER_PORT']} within {timeout:.0f} s: {error}", file=sys.stderr)
-        return 1
-    mine = gather()
-    marker = marker_path(mine["cache"], mine["node"])
-    if marker:
-        os.makedirs(os.path.dirname(marker), exist_ok=True)
-        open(marker, "w").close()
-    store.set(f"facts/{rank}", json.dumps(mine))
+    except Exception as error:  # noqa: BLE001  whatever the store says is the message
+        raise DoctorError(f"the job's store at {os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')} "
+                          f"failed within {timeout:.0f} s: {error}") from None
     try:
+        facts = gather()
+    except Exception as error:  # noqa: BLE001  reported by rank 0 as this rank's problem
+        store.set(f"facts/{rank}", json.dumps({"rank": rank, "gather_error": f"{type(error).__name__}: {error}"}))
+        raise DoctorError(f"could not gather this rank's facts: {error}") from error
+    with node_marker(facts):
+        store.set(f"facts/{rank}", json.dumps(facts))
         if rank == 0:
-            facts, missing = job.collect_facts(store, world_size, time.monotonic() + timeout)
-            the_job = job.Job(facts, missing)
-            found = checks.before_measurements(the_job, timeout)
-            rounds = job.plan(facts) if checks.measurements_possible(found) else None
-            nodes = sorted({each["node"] for each in facts.values()})
-            store.set("plan", json.dumps({"rounds": rounds, "nodes": nodes}))
-            if not args.json:
-                print("\n".join(report.header_lines(the_job, world_size) + report.problem_lines(found)),
-                      flush=True)
-        else:
-            answer = json.loads(job.wait_for(store, "plan", timeout + 30))
-            rounds, nodes = answer["rounds"], answer["nodes"]
-        store.set(f"seen/{rank}", json.dumps(nodes_seen(nodes, mine)))
-        if rounds is not None:
-            try:
-                job.measure(store, rounds, rank, world_size, args.size, args.timeout)
-            except Exception:  # noqa: BLE001  posted for rank 0 by measure()
-                pass
-        if rank == 0:
-            return finish(store, the_job, rounds, found, world_size, args)
-        status = int(job.wait_for(store, "verdict", timeout + args.timeout * 4))
-        store.set(f"done/{rank}", "")  # rank 0 serves the store until every rank has read the verdict
-        return status
-    except TimeoutError as error:
-        print(f"torch-mojo doctor, rank {rank}: {error}", file=sys.stderr)
-        return 1
-    finally:
-        if marker and os.path.exists(marker):
-            os.remove(marker)
+            return coordinate(store, facts, world_size, timeout, args)
+        return follow(store, facts, rank, world_size, timeout, args)
 
 
-def finish(store, the_job, rounds, found: list[dict], world_size: int, args) -> int:
-    """Rank 0: the measurements' results and what they show, the report's
-    end, and the exit status every rank returns."""
+def coordinate(store, mine: dict, world_size: int, timeout: float, args) -> int:
+    """Rank 0: collects the facts, prints what they show, leads the
+    measurements, prints the rest, and posts the exit status."""
     from torch_mojo.doctor import checks, job, report
 
+    found = job.collect_facts(store, world_size, time.monotonic() + timeout)
+    problems = checks.before_measurements(found, timeout)
+    rounds = job.plan(found.facts) if checks.measurements_possible(problems) else None
+    nodes = sorted({facts["node"] for facts in found.facts.values()})
+    store.set("plan", json.dumps({"rounds": rounds, "nodes": nodes}))
+    if not args.json:
+        print("\n".join(report.header_lines(found, world_size) + report.problem_lines(problems)), flush=True)
+    store.set("seen/0", json.dumps(nodes_seen(nodes, mine)))
     if rounds is not None:
-        job.results(store, the_job, rounds)
-    seen_by = {rank: json.loads(store.get(f"seen/{rank}")) for rank in the_job.facts
-               if store.check([f"seen/{rank}"])}
-    later = checks.after_measurements(the_job, seen_by)
-    problems = checks.ordered(found + later)
-    status = 1 if any(item["severity"] == "error" for item in problems) else 0
-    verdict = {"world_size": world_size, "problems": problems, "exit_status": status,
-               "measured": rounds is not None}
+        with contextlib.suppress(job.MeasurementFailed):  # posted, and reported below
+            job.measure(store, rounds, 0, world_size, args.size, args.timeout)
+        job.results(store, found, rounds)
+    seen_by = job.posted(store, [f"seen/{rank}" for rank in found.facts], time.monotonic() + 10)
+    later = checks.after_measurements(found, {int(key.split("/")[1]): value for key, value in seen_by.items()
+                                              if value is not None})
+    everything = checks.ordered(problems + later)
+    status = 1 if any(item["severity"] == "error" for item in everything) else 0
     if args.json:
-        print(json.dumps(report.summary(the_job, verdict), indent=2))
+        print(json.dumps(report.summary(found, world_size, everything, status, rounds is not None), indent=2))
     else:
-        lines = report.measurement_lines(the_job, args.size) if rounds is not None else \
+        lines = report.measurement_lines(found, args.size) if rounds is not None else \
             ["", "measurements skipped: fix the errors above first"]
-        print("\n".join(lines + report.problem_lines(later) + report.verdict_lines(problems)))
+        print("\n".join(lines + report.problem_lines(later) + report.verdict_lines(everything)))
     sys.stdout.flush()
     store.set("verdict", str(status))
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not all(store.check([f"done/{rank}"]) for rank in the_job.facts if rank):
-        time.sleep(0.05)
+    # The store lives in this process: keep it until every rank has read
+    # the verdict (one whose measurement failed waits for the timeout).
+    job.posted(store, [f"done/{rank}" for rank in found.facts if rank], time.monotonic() + args.timeout + 10)
     return status
+
+
+def follow(store, mine: dict, rank: int, world_size: int, timeout: float, args) -> int:
+    """Every other rank: the plan, the markers it sees, its part of the
+    measurements, and rank 0's verdict."""
+    from torch_mojo.doctor import job
+
+    try:
+        plan = json.loads(job.wait_for(store, "plan", timeout + 30))
+        store.set(f"seen/{rank}", json.dumps(nodes_seen(plan["nodes"], mine)))
+        if plan["rounds"] is not None:
+            with contextlib.suppress(job.MeasurementFailed):  # rank 0 reports it
+                job.measure(store, plan["rounds"], rank, world_size, args.size, args.timeout)
+        status = int(job.wait_for(store, "verdict", timeout + args.timeout * 4))
+        store.set(f"done/{rank}", "")
+        return status
+    except TimeoutError as error:
+        raise DoctorError(str(error)) from None
+    except RuntimeError as error:  # the store went away: rank 0 ended first
+        raise DoctorError(f"lost rank 0's store ({error}): see rank 0's output") from None

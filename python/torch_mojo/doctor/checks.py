@@ -10,29 +10,34 @@ from __future__ import annotations
 
 import statistics
 
-from torch_mojo.doctor.facts import SOCKET_PROVIDERS, cpu_ranges
+from torch_mojo.doctor.facts import SOCKET_PROVIDERS, number_ranges
 from torch_mojo.doctor.job import Job
 from torch_mojo.doctor.variables import ERROR, WARNING
-
-# Variables that may rightly differ between ranks or nodes (a node's own
-# NIC names, a rank's own files); every other one must be alike on all.
-PER_RANK = {"MOJOCCL_HOSTID", "MOJOCCL_FABRIC_DOMAIN", "MOJOCCL_SOCKET_IFNAME", "NCCL_IB_HCA",
-            "NCCL_SOCKET_IFNAME", "FI_TCP_IFACE", "TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"}
-
 
 KINDS = ("missing", "environment", "libraries", "fabric", "cores", "cache", "measurement")
 # Errors of these kinds make the measurements fail or hang: they are
 # skipped until the errors are fixed.
 STOPS_MEASUREMENTS = {"missing", "environment", "libraries", "fabric"}
 
+# Variables that may rightly differ between ranks or nodes (a node's own
+# NIC names, a rank's own files); every other one must be alike on all.
+PER_RANK = {"MOJOCCL_HOSTID", "MOJOCCL_FABRIC_DOMAIN", "MOJOCCL_SOCKET_IFNAME", "NCCL_IB_HCA",
+            "NCCL_SOCKET_IFNAME", "FI_TCP_IFACE", "TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"}
+LOOPBACK_DOMAINS = {"lo"}
+
 
 def rank_ranges(ranks) -> str:
-    text = cpu_ranges(ranks)
+    text = number_ranges(ranks)
     return ("ranks " if "," in text or "-" in text else "rank ") + text
 
 
 def problem(severity: str, kind: str, message: str, ranks) -> dict:
     return {"severity": severity, "kind": kind, "message": message, "ranks": sorted(ranks)}
+
+
+def grouped(findings: dict[tuple[str, str, str], list[int]]) -> list[dict]:
+    """{(severity, kind, message): ranks} as problems."""
+    return [problem(*key, ranks) for key, ranks in findings.items()]
 
 
 def nodes_of(job: Job) -> dict[str, list[int]]:
@@ -44,23 +49,25 @@ def nodes_of(job: Job) -> dict[str, list[int]]:
 
 
 def missing_ranks(job: Job, timeout: float) -> list[dict]:
-    if not job.missing:
-        return []
-    hosts = sorted({facts["host"] for facts in job.facts.values()})
-    return [problem(ERROR, "missing", f"{rank_ranges(job.missing)} never checked in within {timeout:.0f} s "
-                    f"(MOJOCCL_BOOTSTRAP_TIMEOUT_S): were they started, and can they reach "
-                    f"MASTER_ADDR? The others run on {', '.join(hosts) or 'no host'}", job.missing)]
+    found = [problem(ERROR, "missing", f"could not gather its facts: {error}", [rank])
+             for rank, error in job.broken.items()]
+    if job.missing:
+        hosts = sorted({facts["host"] for facts in job.facts.values()})
+        found.append(problem(ERROR, "missing", f"never checked in within {timeout:.0f} s "
+                             "(MOJOCCL_BOOTSTRAP_TIMEOUT_S): were these ranks started, and can they reach "
+                             f"MASTER_ADDR? The others run on {', '.join(hosts) or 'no host'}", job.missing))
+    return found
 
 
 def reported_by_ranks(job: Job) -> list[dict]:
     """What each rank found in its own environment, once per message."""
-    by_message: dict[tuple[str, str, str], list[int]] = {}
+    findings: dict[tuple[str, str, str], list[int]] = {}
     for rank, facts in job.facts.items():
         for severity, message in facts["problems"]:
-            by_message.setdefault((severity, "environment", message), []).append(rank)
+            findings.setdefault((severity, "environment", message), []).append(rank)
         if facts.get("device_error"):
-            by_message.setdefault((ERROR, "libraries", facts["device_error"]), []).append(rank)
-    return [problem(*key, ranks) for key, ranks in by_message.items()]
+            findings.setdefault((ERROR, "libraries", facts["device_error"]), []).append(rank)
+    return grouped(findings)
 
 
 def shared_cores(job: Job) -> list[dict]:
@@ -70,49 +77,70 @@ def shared_cores(job: Job) -> list[dict]:
         cpus = {rank: frozenset(job.facts[rank]["cpus"]) for rank in ranks}
         union = frozenset().union(*cpus.values())
         if len(union) < len(ranks):
-            found.append(problem(ERROR, "cores", f"{len(ranks)} ranks on {host} share {len(union)} "
-                                 f"core{'s' if len(union) > 1 else ''} ({cpu_ranges(union)}): the launcher pinned "
-                                 "them together; give each rank cores of its own (srun --cpu-bind=cores with "
-                                 "-c N, mpirun --bind-to core --map-by slot:PE=N, or no taskset around torchrun)",
-                                 ranks))
+            found.append(problem(
+                ERROR, "cores", f"{len(ranks)} ranks on {host} share {len(union)} core{'s' * (len(union) > 1)} "
+                f"({number_ranges(union)}): the launcher pinned them together; give each rank cores of its own "
+                "(srun --cpu-bind=cores with -c N, mpirun --bind-to core --map-by slot:PE=N, or no taskset "
+                "around torchrun)", ranks))
             continue
         online = job.facts[ranks[0]]["online_cpus"]
-        groups: dict[frozenset, list[int]] = {}
+        together: dict[frozenset, list[int]] = {}
         for rank, mine in cpus.items():
             if len(mine) < online:
-                groups.setdefault(mine, []).append(rank)
-        for mine, together in groups.items():
-            if len(together) > 1:
-                found.append(problem(WARNING, "cores", f"{rank_ranges(together)} on {host} are bound to the same cores "
-                                     f"({cpu_ranges(mine)}): their reductions compete for them; bind each rank "
-                                     "to cores of its own", together))
+                together.setdefault(mine, []).append(rank)
+        for mine, sharing in together.items():
+            if len(sharing) > 1:
+                found.append(problem(
+                    WARNING, "cores", f"{rank_ranges(sharing)} on {host} are bound to the same cores "
+                    f"({number_ranges(mine)}): their reductions compete for them; bind each rank to cores of "
+                    "its own", sharing))
     return found
 
 
 def fabric_problems(job: Job) -> list[dict]:
-    nodes = nodes_of(job)
-    spans_nodes = len(nodes) > 1
-    found, chosen = [], {}
-    for node, ranks in nodes.items():
-        fabric, host = job.facts[ranks[0]]["fabric"], job.facts[ranks[0]]["host"]
+    """Every rank's way between nodes: usable, not TCP beside a fabric NIC,
+    and the same provider (and, where it matters, domain) on all."""
+    spans_nodes = len(nodes_of(job)) > 1
+    findings: dict[tuple[str, str, str], list[int]] = {}
+    for rank, facts in sorted(job.facts.items()):
+        fabric, host = facts["fabric"], facts["host"]
         if fabric["failure"] and spans_nodes:
-            found.append(problem(ERROR, "fabric", f"between nodes, on {host}: {fabric['failure']}", ranks))
-            continue
+            findings.setdefault((ERROR, "fabric", f"between nodes, on {host}: {fabric['failure']}"), []).append(rank)
         provider = fabric["provider"].split(";")[0]
         if provider in SOCKET_PROVIDERS and fabric["hardware"]:
-            found.append(problem(
-                ERROR if spans_nodes else WARNING, "fabric",
-                f"on {host} collectives between nodes would go over TCP ({fabric['provider']}, from "
-                f"{fabric['provider_source']}) although this node has a fabric NIC "
-                f"({', '.join(fabric['hardware'])}): set MOJOCCL_FABRIC_PROVIDER={fabric['hardware'][0]}", ranks))
-        if fabric["in_use"]:
-            chosen[node] = fabric["in_use"].split(" (")[0]  # "tcp;ofi_rxm on lo"
-    if spans_nodes and len(set(chosen.values())) > 1:
-        listing = "; ".join(f"{job.facts[nodes[node][0]]['host']} ({rank_ranges(nodes[node])}): {text}"
-                            for node, text in chosen.items())
-        found.append(problem(ERROR, "fabric", "the nodes would not use the same libfabric provider and domain between "
-                             f"nodes ({listing}): set MOJOCCL_FABRIC_PROVIDER (and MOJOCCL_FABRIC_DOMAIN or "
-                             "MOJOCCL_SOCKET_IFNAME) so that every node reaches the others", sorted(job.facts)))
+            message = (f"on {host} collectives between nodes would go over TCP ({fabric['provider']}, from "
+                       f"{fabric['provider_source']}) although this node has a fabric NIC "
+                       f"({', '.join(fabric['hardware'])}): set MOJOCCL_FABRIC_PROVIDER={fabric['hardware'][0]}")
+            findings.setdefault((ERROR if spans_nodes else WARNING, "fabric", message), []).append(rank)
+    found = grouped(findings)
+    if spans_nodes:
+        found += disagreements(job)
+    return found
+
+
+def disagreements(job: Job) -> list[dict]:
+    """Ranks that would open different providers (an error: they cannot
+    talk) or domains (a warning, as NIC names may differ between nodes,
+    except where one is the loopback interface, which other nodes cannot
+    reach)."""
+    providers: dict[str, list[int]] = {}
+    domains: dict[str, list[int]] = {}
+    for rank, facts in sorted(job.facts.items()):
+        if facts["fabric"]["in_use"]:
+            provider, _, domain = facts["fabric"]["in_use"].split(" (")[0].partition(" on ")
+            providers.setdefault(provider, []).append(rank)
+            domains.setdefault(domain, []).append(rank)
+    found = []
+    if len(providers) > 1:
+        listing = "; ".join(f"{name} on {rank_ranges(ranks)}" for name, ranks in providers.items())
+        found.append(problem(ERROR, "fabric", f"the ranks would not use the same libfabric provider between "
+                             f"nodes ({listing}): set MOJOCCL_FABRIC_PROVIDER alike on every node", sorted(job.facts)))
+    if len(domains) > 1:
+        listing = "; ".join(f"{name} on {rank_ranges(ranks)}" for name, ranks in domains.items())
+        severity = ERROR if LOOPBACK_DOMAINS & set(domains) else WARNING
+        found.append(problem(severity, "fabric", f"the ranks would not use the same libfabric domain between nodes "
+                             f"({listing}): where the nodes name their NICs alike, set MOJOCCL_FABRIC_DOMAIN (or "
+                             "MOJOCCL_SOCKET_IFNAME) to one that every node reaches", sorted(job.facts)))
     return found
 
 
@@ -125,50 +153,57 @@ def differing_settings(job: Job) -> list[dict]:
             values.setdefault(facts["environment"].get(name, "unset"), []).append(rank)
         if len(values) > 1:
             listing = " and ".join(f"{value} on {rank_ranges(ranks)}" for value, ranks in values.items())
-            found.append(problem(ERROR, "environment", f"{name} is {listing}: set it alike on every rank (export it before the "
-                                 "launcher, or in the batch script)", sorted(job.facts)))
+            found.append(problem(ERROR, "environment", f"{name} is {listing}: set it alike on every rank (export it "
+                                 "before the launcher, or in the batch script)", sorted(job.facts)))
     return found
 
 
 def library_problems(job: Job) -> list[dict]:
     found = []
     for what in ("torch_mojo", "torch"):
-        versions = {}
+        versions: dict[str, list[int]] = {}
         for rank, facts in job.facts.items():
             versions.setdefault(facts[what], []).append(rank)
         if len(versions) > 1:
             listing = " and ".join(f"{version} on {rank_ranges(ranks)}" for version, ranks in versions.items())
-            found.append(problem(ERROR, "libraries", f"{what.replace('_', '-')} differs between ranks ({listing}): load the same "
-                                 "installation on every node", sorted(job.facts)))
-    broken: dict[str, list[int]] = {}
+            found.append(problem(ERROR, "libraries", f"{what.replace('_', '-')} differs between ranks ({listing}): "
+                                 "load the same installation on every node", sorted(job.facts)))
+    broken: dict[tuple[str, str, str], list[int]] = {}
     loaded: dict[str, dict[str, list[int]]] = {}  # device: {library and version: ranks}
     for rank, facts in job.facts.items():
         for device, lookup in facts["libraries"].items():
             if lookup.get("load_error"):
-                broken.setdefault(f"{lookup['path']} does not load: {lookup['load_error']}", []).append(rank)
+                message = f"{lookup['path']} does not load: {lookup['load_error']}"
             elif not lookup["path"]:
-                broken.setdefault(f"no library for {device} tensors ({lookup['source']}; searched "
-                                  f"{', '.join(lookup['searched'])})", []).append(rank)
+                message = f"no library for {device} tensors ({lookup['source']}; searched " \
+                          f"{', '.join(lookup['searched'])})"
             else:
                 text = f"{lookup['path']} version {lookup.get('version')}"
                 loaded.setdefault(device, {}).setdefault(text, []).append(rank)
-    found += [problem(ERROR, "libraries", message, ranks) for message, ranks in broken.items()]
+                continue
+            broken.setdefault((ERROR, "libraries", message), []).append(rank)
+    found += grouped(broken)
     for device, choices in loaded.items():
         if len(choices) > 1:
             listing = "; ".join(f"{text} on {rank_ranges(ranks)}" for text, ranks in choices.items())
-            found.append(problem(ERROR, "libraries", f"the ranks load different libraries for {device} tensors ({listing}): "
-                                 "every rank must load the same one", sorted(job.facts)))
+            found.append(problem(ERROR, "libraries", f"the ranks load different libraries for {device} tensors "
+                                 f"({listing}): every rank must load the same one", sorted(job.facts)))
     return found
 
 
 def cache_problems(job: Job, seen_by: dict[int, list[str]]) -> list[dict]:
-    """The cache directory should be one that every node sees: `seen_by`
-    holds, for each rank, the nodes whose marker files it found there."""
+    """The cache directory should be writable, and one that every node
+    sees: `seen_by` holds, for each node's local rank 0, the nodes whose
+    marker files it found there."""
+    unwritable = [rank for rank, facts in job.facts.items() if not facts["cache"]["writable"]]
+    if unwritable:
+        path = job.facts[unwritable[0]]["cache"]["path"]
+        return [problem(WARNING, "cache", f"the cache directory {path} is not writable: set "
+                        "TORCH_MOJO_BACKEND_CACHE_DIR to a directory of yours on a filesystem every node mounts",
+                        unwritable)]
     nodes = nodes_of(job)
-    if len(nodes) < 2:
-        return []
     blind = [rank for rank, seen in seen_by.items() if set(seen) != set(nodes)]
-    if not blind:
+    if len(nodes) < 2 or not blind:
         return []
     facts = job.facts[blind[0]]["cache"]
     return [problem(WARNING, "cache", f"the cache directory {facts['path']} is not shared between the nodes (a "
@@ -178,7 +213,8 @@ def cache_problems(job: Job, seen_by: dict[int, list[str]]) -> list[dict]:
 
 
 def measurement_problems(job: Job) -> list[dict]:
-    found = [problem(ERROR, "measurement", f"the measurements failed: {message}", [rank]) for rank, message in job.failures.items()]
+    found = [problem(ERROR, "measurement", f"the measurements failed: {message}", [rank])
+             for rank, message in job.failures.items()]
     for kind in ("within node", "between nodes"):
         links = [link for link in job.links if link["kind"] == kind]
         if len(links) < 3:
@@ -186,10 +222,10 @@ def measurement_problems(job: Job) -> list[dict]:
         typical = statistics.median(link["bandwidth_gbps"] for link in links)
         for link in links:
             if link["bandwidth_gbps"] < typical / 4:
-                found.append(problem(WARNING, "measurement", f"the link {kind} between ranks {link['a']} and {link['b']} runs at "
-                                     f"{link['bandwidth_gbps']:.2f} GB/s, under a quarter of the others' median "
-                                     f"({typical:.2f} GB/s): check that node's NIC, cabling or binding",
-                                     [link["a"], link["b"]]))
+                found.append(problem(
+                    WARNING, "measurement", f"the link {kind} between ranks {link['a']} and {link['b']} runs at "
+                    f"{link['bandwidth_gbps']:.2f} GB/s, under a quarter of the others' median ({typical:.2f} "
+                    "GB/s): check that node's NIC, cabling or binding", [link["a"], link["b"]]))
     return found
 
 

@@ -36,14 +36,14 @@ def node_identity() -> str:
     return f"{socket.gethostname()}/{boot_id}"
 
 
-def cpu_ranges(cpus) -> str:
-    """[0, 1, 2, 5] -> "0-2,5"."""
-    cpus, ranges = sorted(cpus), []
-    for cpu in cpus:
-        if ranges and cpu == ranges[-1][1] + 1:
-            ranges[-1][1] = cpu
+def number_ranges(numbers) -> str:
+    """[0, 1, 2, 5] -> "0-2,5" (cores, ranks)."""
+    ranges = []
+    for number in sorted(numbers):
+        if ranges and number == ranges[-1][1] + 1:
+            ranges[-1][1] = number
         else:
-            ranges.append([cpu, cpu])
+            ranges.append([number, number])
     return ",".join(str(low) if low == high else f"{low}-{high}" for low, high in ranges)
 
 
@@ -75,33 +75,21 @@ def cache_facts() -> dict:
             "filesystem": kind, "shared_filesystem": kind in SHARED_FILESYSTEMS}
 
 
-def _loaded_version(lookup) -> dict:
-    report = lookup.to_dict()
-    if lookup.path:
-        try:
-            from torch_mojo import _C
-
-            report["version"] = _C._library_version(lookup.path, "library")
-        except (ImportError, RuntimeError) as error:
-            report["load_error"] = str(error)
-    return report
-
-
 def device_facts() -> dict:
-    """This rank's device, chosen as a training script chooses it."""
+    """This rank's device, chosen as a training script chooses it, and the
+    libraries for its tensors (what a failure leaves of them, and why)."""
     from torch_mojo.distributed import use_local_rank_gpu
 
-    use_local_rank_gpu()
-    accelerator = libraries.current_accelerator()
-    facts = {"device": str(accelerator) if accelerator else "cpu", "libraries": {}}
-    facts["libraries"]["cpu"] = _loaded_version(libraries.find_mojoccl())
-    if accelerator:
-        if libraries.accelerator_ccl() == "mojo":
-            lookup = libraries.find_mojoccl()
-        else:
-            vendor = libraries.accelerator_vendor(accelerator.type)
-            lookup = libraries.find_nccl() if vendor == "nvidia" else libraries.find_rccl()
-        facts["libraries"][accelerator.type] = _loaded_version(lookup)
+    facts = {"device": "cpu", "libraries": {"cpu": libraries.with_version(libraries.find_mojoccl())}}
+    try:
+        use_local_rank_gpu()
+        accelerator = libraries.current_accelerator()
+        if accelerator:
+            lookup, kind = libraries.accelerator_lookup(accelerator.type)
+            facts.update(device=str(accelerator), accelerator_library_kind=kind)
+            facts["libraries"][accelerator.type] = libraries.with_version(lookup)
+    except (RuntimeError, ValueError) as error:
+        facts.update(device="unusable", device_error=str(error))
     return facts
 
 
@@ -112,8 +100,9 @@ def describe_fabric() -> tuple[str | None, str | None]:
 
     try:
         library = Library()
-    except OSError as error:
-        return None, f"libmojoccl does not load: {error}"
+        library.lib.mojocclDescribeFabric.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    except (OSError, AttributeError) as error:
+        return None, f"this libmojoccl cannot say (reinstall torch-mojo): {error}"
     text = ctypes.create_string_buffer(1024)
     code = library.lib.mojocclDescribeFabric(text, ctypes.c_size_t(len(text)))
     if code != 0:
@@ -121,20 +110,31 @@ def describe_fabric() -> tuple[str | None, str | None]:
     return text.value.decode(), None
 
 
-def fabric_facts() -> dict:
+def fabric_facts() -> tuple[dict, dict[str, int]]:
+    """What this rank would use between nodes, and the parameters (with
+    their types) its libfabric declares."""
     lookup = libraries.find_libfabric()
-    facts = {"library": lookup.path, "source": lookup.source, "version": None, "providers": [],
-             "hardware": [], "parameters": {}}
+    facts = {"library": lookup.path, "source": lookup.source, "version": None, "providers": [], "hardware": []}
+    parameters = {}
     if lookup.path:
-        details = libraries.libfabric_details(lookup.path)
-        facts.update(version=details["version"], providers=details["providers"],
-                     parameters=variables.libfabric_parameters(lookup.path))
+        try:
+            details = libraries.libfabric_details(lookup.path)
+            parameters = variables.libfabric_parameters(lookup.path)
+        except OSError as error:
+            details = {"version": None, "providers": []}
+            facts["load_error"] = str(error)
+        facts.update(version=details["version"], providers=details["providers"])
         facts["hardware"] = sorted({name.split(";")[0] for name in details["providers"]
                                     if name.split(";")[0] in HARDWARE_PROVIDERS})
     choice = libraries.fabric_provider_choice(facts["providers"])
     facts["provider"], facts["provider_source"] = choice["provider"], choice["source"]
-    facts["in_use"], facts["failure"] = describe_fabric() if lookup.path else (None, lookup.source)
-    return facts
+    if lookup.path and "load_error" not in facts:
+        facts["in_use"], facts["failure"] = describe_fabric()
+    else:
+        where = facts.get("load_error") or f"{lookup.source}; searched {', '.join(lookup.searched)}"
+        facts["in_use"], facts["failure"] = None, f"libfabric.so.1 is not usable ({where}): install libfabric, " \
+            "or set MOJOCCL_LIBFABRIC to the site's libfabric.so.1"
+    return facts, parameters
 
 
 def environment_of_interest(environ) -> dict[str, str]:
@@ -159,18 +159,22 @@ def gather() -> dict:
         "bootstrap_interface": environ.get("MOJOCCL_SOCKET_IFNAME") or "auto",
         "environment": environment_of_interest(environ), "cache": cache_facts(),
     }
-    try:
-        facts.update(device_facts())
-    except (RuntimeError, ValueError) as error:
-        facts.update(device="unusable", libraries={}, device_error=str(error))
-    facts["fabric"] = fabric_facts()
-    fabric = facts["fabric"]
+    facts.update(device_facts())
+    fabric, parameters = fabric_facts()
+    facts["fabric"] = fabric
     # Slingshot: cxi chosen by the user, or the default where a cxi NIC is.
-    slingshot = fabric["provider"] == "cxi" and (fabric["provider_source"] != "the default" or "cxi" in fabric["hardware"])
-    nccl = libraries.find_nccl().path or libraries.find_rccl().path
+    slingshot = fabric["provider"] == "cxi" and ("cxi" in fabric["hardware"] or fabric["provider_source"] != "the default")
     facts["problems"] = [
         *variables.review_ours(environ),
-        *variables.review_nccl(environ, nccl),
-        *variables.review_libfabric(environ, fabric.pop("parameters"), slingshot),
+        *variables.review_nccl(environ, nccl_library(facts)),
+        *variables.review_libfabric(environ, parameters, slingshot),
     ]
     return facts
+
+
+def nccl_library(facts: dict) -> str | None:
+    """The NCCL or RCCL library whose variables matter: the one this rank's
+    accelerator loads, else the one a GPU job here would load."""
+    if facts.get("accelerator_library_kind") in ("nccl", "rccl"):
+        return next(lookup["path"] for device, lookup in facts["libraries"].items() if device != "cpu")
+    return libraries.find_nccl().path or libraries.find_rccl().path

@@ -25,9 +25,14 @@ PREFIX = "torch-mojo-doctor"
 class Job:
     facts: dict[int, dict]  # rank: its facts
     missing: list[int]  # ranks that never checked in
+    broken: dict[int, str] = field(default_factory=dict)  # rank: why it could not gather its facts
     links: list[dict] = field(default_factory=list)  # measured pairs
     failures: dict[int, str] = field(default_factory=dict)  # rank: what failed in the measurements
     all_reduce: dict | None = None
+
+
+class MeasurementFailed(RuntimeError):
+    """A rank's measurements failed (and the failure was posted for rank 0)."""
 
 
 def connect(timeout: float):
@@ -45,17 +50,30 @@ def connect(timeout: float):
     return dist.PrefixStore(PREFIX, store)
 
 
-def collect_facts(store, world_size: int, deadline: float) -> tuple[dict[int, dict], list[int]]:
-    """Rank 0: every rank's facts that arrive before `deadline`."""
-    facts, waiting = {}, list(range(world_size))
+def posted(store, keys: list[str], deadline: float) -> dict[str, object]:
+    """{key: its JSON value} of the `keys` posted before `deadline`."""
+    values, waiting = {}, list(keys)
     while waiting:
-        for rank in [rank for rank in waiting if store.check([f"facts/{rank}"])]:
-            facts[rank] = json.loads(store.get(f"facts/{rank}"))
-            waiting.remove(rank)
+        for key in [key for key in waiting if store.check([key])]:
+            raw = store.get(key)
+            values[key] = json.loads(raw) if raw else None
+            waiting.remove(key)
         if not waiting or time.monotonic() > deadline:
             break
         time.sleep(0.05)
-    return facts, waiting
+    return values
+
+
+def collect_facts(store, world_size: int, deadline: float) -> Job:
+    """Rank 0: every rank's facts that arrive before `deadline`."""
+    values = posted(store, [f"facts/{rank}" for rank in range(world_size)], deadline)
+    job = Job({}, [rank for rank in range(world_size) if f"facts/{rank}" not in values])
+    for facts in values.values():
+        if "gather_error" in facts:
+            job.broken[facts["rank"]] = facts["gather_error"]
+        else:
+            job.facts[facts["rank"]] = facts
+    return job
 
 
 def wait_for(store, key: str, timeout: float) -> bytes:
@@ -135,6 +153,8 @@ def check_all_reduce(rank: int, world_size: int, size: int) -> dict:
     import torch
     import torch.distributed as dist
 
+    from torch_mojo.bench import BUS_FACTOR
+
     tensor = torch.full((size // 4,), float(rank + 1))
     dist.all_reduce(tensor)
     expected = world_size * (world_size + 1) / 2
@@ -146,20 +166,21 @@ def check_all_reduce(rank: int, world_size: int, size: int) -> dict:
         dist.all_reduce(tensor)
         times.append(time.perf_counter() - start)
     seconds = statistics.median(times)
-    busbw = size * 2 * (world_size - 1) / world_size / seconds / 1e9 if world_size > 1 else 0.0
+    busbw = size * BUS_FACTOR["all_reduce"](world_size) / seconds / 1e9
     return {"bytes": size, "correct": correct, "time_us": seconds * 1e6, "busbw_gbps": busbw}
 
 
 def measure(store, rounds: list[list[dict]], rank: int, world_size: int, size: int, timeout: float):
     """Every rank: the links of `rounds` this rank is in, then the world
-    all-reduce. Any failure is posted for rank 0 and re-raised."""
+    all-reduce. A failure is posted for rank 0, then raised as
+    MeasurementFailed."""
     import torch.distributed as dist
 
     import torch_mojo
 
     os.environ["TORCH_MOJO_BACKEND_TRACE"] = "0"  # the report names the library
-    torch_mojo.register_mojo_devices()
     try:
+        torch_mojo.register_mojo_devices()
         dist.init_process_group("mojo", store=dist.PrefixStore("pg", store), rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=timeout))
         for links in rounds:
@@ -174,9 +195,9 @@ def measure(store, rounds: list[list[dict]], rank: int, world_size: int, size: i
             store.set("all_reduce", json.dumps(result))
         dist.barrier()
         dist.destroy_process_group()
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001  whatever failed is the report
         store.set(f"failure/{rank}", f"{type(error).__name__}: {error}")
-        raise
+        raise MeasurementFailed(str(error)) from error
 
 
 def results(store, job: Job, rounds: list[list[dict]]):

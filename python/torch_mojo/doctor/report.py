@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 
 from torch_mojo.doctor.checks import nodes_of, rank_ranges
-from torch_mojo.doctor.facts import cpu_ranges
+from torch_mojo.bench import human
+from torch_mojo.doctor.facts import number_ranges
 from torch_mojo.doctor.job import Job
 from torch_mojo.doctor.variables import ERROR
 
@@ -29,12 +30,11 @@ def table(rows: list[list[str]]) -> list[str]:
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
 
 
-def summary(job: Job, verdict: dict) -> dict:
+def summary(job: Job, world_size: int, problems: list[dict], status: int, measured: bool) -> dict:
     """The report as data: what `--json` prints."""
-    return {"world_size": verdict["world_size"], "nodes": list(nodes_of(job)), "missing": job.missing,
-            "ranks": [job.facts[rank] for rank in sorted(job.facts)], "measured": verdict["measured"],
-            "links": job.links, "all_reduce": job.all_reduce, "problems": verdict["problems"],
-            "exit_status": verdict["exit_status"]}
+    return {"world_size": world_size, "nodes": list(nodes_of(job)), "missing": job.missing,
+            "broken": job.broken, "ranks": [job.facts[rank] for rank in sorted(job.facts)], "measured": measured,
+            "links": job.links, "all_reduce": job.all_reduce, "problems": problems, "exit_status": status}
 
 
 def header_lines(job: Job, world_size: int) -> list[str]:
@@ -53,7 +53,7 @@ def header_lines(job: Job, world_size: int) -> list[str]:
         facts = job.facts[rank]
         accelerator = [lookup for device, lookup in facts["libraries"].items() if device != "cpu"]
         rows.append([str(rank), str(node_numbers[facts["node"]]), facts["host"], str(facts["local_rank"]),
-                     facts["device"], cpu_ranges(facts["cpus"]), library_text(facts["libraries"].get("cpu", {})),
+                     facts["device"], number_ranges(facts["cpus"]), library_text(facts["libraries"].get("cpu", {})),
                      library_text(accelerator[0]) if accelerator else "-", "shared memory",
                      between_nodes_text(facts["fabric"], len(nodes) > 1)])
     lines += ["", *table(rows)]
@@ -76,11 +76,11 @@ def measurement_lines(job: Job, size: int) -> list[str]:
         rows.append([where, f"{link['a']} - {link['b']}", f"{link['latency_us']:.1f} us",
                      f"{link['bandwidth_gbps']:.2f} GB/s"])
     lines = ["", f"links (point to point through mojo: median of 200 round trips of 8 B, and of 10 of "
-             f"{size >> 20} MiB):"]
+             f"{human(size)}):"]
     lines += ["  " + line for line in table(rows)] if len(rows) > 1 else ["  (one rank: no link)"]
     if job.all_reduce:
         result = job.all_reduce
-        lines.append(f"all_reduce of {result['bytes'] >> 20} MiB on every rank: "
+        lines.append(f"all_reduce of {human(result['bytes'])} on every rank: "
                      f"{'correct' if result['correct'] else 'WRONG'}, {result['time_us'] / 1000:.2f} ms, "
                      f"busbw {result['busbw_gbps']:.2f} GB/s")
     return lines

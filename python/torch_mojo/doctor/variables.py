@@ -11,7 +11,6 @@ Each finding is (severity, message): "error" where the job would fail,
 from __future__ import annotations
 
 import ctypes
-import difflib
 import mmap
 import os
 import re
@@ -72,9 +71,7 @@ def nccl_names(path: str) -> set[str]:
 
 
 def _unknown(name: str, known, what: str) -> tuple[str, str]:
-    close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
-    hint = f"; did you mean {close[0]}?" if close else ""
-    return WARNING, f"{name} is not {what} and has no effect{hint}"
+    return WARNING, f"{name} is not {what} and has no effect" + env.closest_hint(name, known)
 
 
 def review_ours(environ) -> list[tuple[str, str]]:
@@ -89,7 +86,10 @@ def review_nccl(environ, library: str | None) -> list[tuple[str, str]]:
     names = sorted(name for name in environ if name.startswith("NCCL_"))
     if not names or library is None:
         return []
-    known = nccl_names(library)
+    try:
+        known = nccl_names(library)
+    except (OSError, ValueError) as error:
+        return [(WARNING, f"the NCCL_* variables cannot be checked: {library} cannot be read ({error})")]
     findings = []
     for name in names:
         if name not in known:
@@ -103,7 +103,8 @@ def review_libfabric(environ, parameters: dict[str, int], slingshot: bool) -> li
     """FI_* variables against the loaded libfabric's parameters, and HPE's
     advice where collectives cross Slingshot (`slingshot`)."""
     findings = []
-    for name in sorted(name for name in environ if name.startswith("FI_")):
+    # Without the loaded libfabric's parameters there is nothing to judge by.
+    for name in sorted(name for name in environ if name.startswith("FI_") and parameters):
         kind = parameters.get(name)
         if kind is None:
             # A provider that is not loaded here declares nothing: only

@@ -12,10 +12,12 @@ from spack.package import requires, resource
 
 def pypi_wheel_url(pypi: str) -> str:
     """Where PyPI keeps the wheel `pypi` names (as a package's `pypi`
-    attribute does): Spack's address for a source file, with the wheel's
-    Python tag in place of "source"."""
+    attribute does): Spack's own address for a source file of `pypi`
+    (PythonPackage's url), under the wheel's Python tag instead of
+    "source"."""
+    python_tag = pypi.split("/")[1].split("-")[2]  # mojo_compiler-1.2.0-py3-none-...whl: py3
     source_url = PythonPackage.__dict__["url"].__get__(None, types.SimpleNamespace(pypi=pypi))
-    return source_url.replace("/source/", "/py3/", 1)
+    return source_url.replace("/source/", f"/{python_tag}/", 1)
 
 
 class PypiWheelPackage(PythonPackage):
@@ -25,13 +27,16 @@ class PypiWheelPackage(PythonPackage):
     same prefix: packages shipped as several wheels expect one tree."""
 
     def url_for_version(self, version):
-        listed_version = self.pypi.split("/")[1].split("-")[1]
-        return pypi_wheel_url(self.pypi).replace(listed_version, str(version))
+        project, wheel = self.pypi.split("/")
+        listed_version = wheel.split("-")[1]
+        return pypi_wheel_url(f"{project}/{wheel.replace(f'-{listed_version}-', f'-{version}-', 1)}")
 
     def install(self, spec, prefix):
-        resources = glob.glob(os.path.join(self.stage.source_path, "**", "*.whl"), recursive=True)
+        # The version's own wheel sits in the stage beside its resources'.
+        wheels = set(glob.glob(os.path.join(self.stage.source_path, "**", "*.whl"), recursive=True))
+        resources = sorted(wheels - {os.path.realpath(self.stage.archive_file), self.stage.archive_file})
         python("-m", "pip", *PythonPipBuilder.std_args(self), f"--prefix={prefix}",  # noqa: F821
-               self.stage.archive_file, *sorted(resources))
+               self.stage.archive_file, *resources)
 
 
 def wheel_resource(pypi: str, sha256: str, when: str):
