@@ -2,6 +2,7 @@
 #   make demo   set up, build, and train the DDP example on 2 ranks over `mojo`
 #   make test   set up, build, and run the test suite
 #   make spack-check   also install torch-mojo with Spack (slow; not in `make test`)
+#   make pytorch-suite PyTorch's own distributed tests on mojo (slow; a subset is in `make test`)
 # A second run reuses the environment and the build.
 
 VENV := .venv
@@ -9,7 +10,7 @@ BIN := $(VENV)/bin
 NPROC ?= 2
 SOURCES := $(shell find cpp kernels modulefiles cmake -type f) CMakeLists.txt pyproject.toml
 
-.PHONY: demo test spack-check build setup clean
+.PHONY: demo test spack-check pytorch-suite build setup clean
 
 demo: build
 	$(BIN)/torchrun --standalone --nproc-per-node=$(NPROC) examples/train_ddp.py
@@ -21,6 +22,11 @@ test: build
 # installed module training 2 ranks (about ten minutes).
 spack-check: build
 	$(BIN)/python -m pytest tests -m spack_install
+
+# PyTorch's DistributedTest at 2 and 3 ranks on mojo (about 25 minutes each).
+pytorch-suite: build
+	$(BIN)/python -m tests.pytorch_suite.run --world-size 2
+	$(BIN)/python -m tests.pytorch_suite.run --world-size 3
 
 build: $(VENV)/.built
 

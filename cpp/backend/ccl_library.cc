@@ -57,6 +57,7 @@ CclLibrary::CclLibrary(const std::string& path, const std::string& kind) : kind_
   resolve(handle_, path_, "ncclGroupEnd", api_.groupEnd);
   api_.memAlloc = reinterpret_cast<decltype(api_.memAlloc)>(dlsym(handle_, "ncclMemAlloc"));
   api_.memFree = reinterpret_cast<decltype(api_.memFree)>(dlsym(handle_, "ncclMemFree"));
+  api_.recvAny = reinterpret_cast<decltype(api_.recvAny)>(dlsym(handle_, "mojocclRecvAny"));
   check(api_.getVersion(&version_), "ncclGetVersion", nullptr);
 }
 

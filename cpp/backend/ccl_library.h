@@ -48,6 +48,8 @@ struct CclApi {
   // Optional (NCCL 2.19+): null when the library lacks them.
   ncclResult_t (*memAlloc)(void**, size_t);
   ncclResult_t (*memFree)(void*);
+  // libmojoccl's own: a receive from any rank.
+  ncclResult_t (*recvAny)(void*, size_t, ncclDataType_t, int*, ncclComm_t, ncclStream_t);
 };
 
 class CclLibrary {

@@ -60,6 +60,15 @@ void Communicator::send(const void* data, size_t count, ncclDataType_t type, int
   run("ncclSend", [&] { return api().send(data, count, type, peer, comm_, stream_); });
 }
 
+int Communicator::recvFromAny(void* data, size_t count, ncclDataType_t type) {
+  if (api().recvAny == nullptr)
+    throw CclError(ncclInvalidUsage, library_->path() + " has no receive from any rank (only "
+                                     "libmojoccl has): pass the source rank");
+  int peer = -1;
+  run("mojocclRecvAny", [&] { return api().recvAny(data, count, type, &peer, comm_, stream_); });
+  return peer;
+}
+
 void Communicator::recv(void* data, size_t count, ncclDataType_t type, int peer) {
   run("ncclRecv", [&] { return api().recv(data, count, type, peer, comm_, stream_); });
 }

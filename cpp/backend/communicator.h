@@ -37,6 +37,8 @@ class Communicator {
                      ncclRedOp_t op);
   void send(const void* data, size_t count, ncclDataType_t type, int peer);
   void recv(void* data, size_t count, ncclDataType_t type, int peer);
+  // Returns the rank the message came from; libmojoccl only.
+  int recvFromAny(void* data, size_t count, ncclDataType_t type);
   // Wraps `calls` in ncclGroupStart/End, as sends and receives that must
   // progress together need.
   void group(const std::function<void()>& calls);

@@ -67,6 +67,9 @@ struct AcceleratorSetup {
   std::string libraryKind;  // "nccl", "rccl" or "mojoccl": names it in messages
 };
 
+// A DistBackendError carrying `message`, as the Work of a failed call holds it.
+std::exception_ptr distBackendError(const std::string& message);
+
 class WorkMojo : public c10d::Work {
  public:
   // `device`: the accelerator whose stream the collective runs on; none for
@@ -78,6 +81,9 @@ class WorkMojo : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   std::vector<at::Tensor> result() override { return outputs_; }
   uint64_t getSequencenumber() const override { return sequence_; }
+  // A receive from any rank: the rank its message came from, once it is done.
+  int sourceRank() const override;
+  void reportSourceRank(std::shared_ptr<std::atomic<int>> source) { source_ = std::move(source); }
   // A finite timeout waits that long, then raises if the collective is
   // still running (it keeps running). On an accelerator: makes the current
   // stream wait for the collective, without blocking the host.
@@ -102,6 +108,7 @@ class WorkMojo : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   std::optional<c10::Device> device_;
   std::unique_ptr<c10::Event> end_;
+  std::shared_ptr<std::atomic<int>> source_;  // set by a receive from any rank
   bool issued_ = false;  // guarded by Work's mutex_
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
@@ -164,6 +171,9 @@ class ProcessGroupMojo : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
                                                int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  // As gloo's: rank 0 names the ranks that did not arrive within the
+  // timeout (all of them with waitAllRanks), and every rank that did raises.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks = false) override;
 
   // c10d's hook for a backend's communication memory: the registered pool.
   bool supportsTensorAlloc(c10::DeviceIndex /*device*/) override { return true; }
@@ -200,6 +210,9 @@ class ProcessGroupMojo : public c10d::Backend {
     Clock::time_point issued;
     State state = State::Queued;
     std::string device = "cpu";  // where its tensors are: "cpu", "cuda:0", ...
+    // A barrier past its timeout fails in its caller (as gloo's does)
+    // instead of ending the run.
+    bool raisesOnTimeout = false;
   };
   struct Health {
     bool running;
@@ -221,8 +234,9 @@ class ProcessGroupMojo : public c10d::Backend {
   c10d::Store& store() { return *store_; }
   int globalRank() const { return static_cast<int>(globalRanks_[rank_]); }
   const std::vector<uint64_t>& globalRanks() const { return globalRanks_; }
-  // Ends the calls in progress (libmojoccl returns within ~50 ms).
-  void abortCommunicator();
+  // Ends the calls in progress (libmojoccl returns within ~50 ms); they
+  // fail with `reason`, and so does every later call on the group.
+  void abortCommunicator(const std::string& reason = "the communicator was aborted by the watchdog");
   // The flight recorder's table of this group's ranks; its name and
   // description are known only once c10d has named the group.
   void recordGroupRanks();
@@ -287,6 +301,15 @@ class ProcessGroupMojo : public c10d::Backend {
   // watchdog first.
   std::exception_ptr classify(std::exception_ptr error);
 
+  // A sparse COO tensor's SUM (collectives.cc).
+  c10::intrusive_ptr<c10d::Work> allreduceSparse(std::vector<at::Tensor>& tensors,
+                                                 const c10d::AllreduceOptions& opts);
+  // All-gathers into one list of world-size tensors per input (allgather's
+  // layout; allgather_coalesced's is the transpose).
+  c10::intrusive_ptr<c10d::Work> allGatherLists(const std::vector<std::vector<at::Tensor>>& outputLists,
+                                                const std::vector<at::Tensor>& inputs,
+                                                const c10d::AllgatherOptions& opts);
+
   // Tensor checks, on the caller's thread. The communicator for a tensor:
   // the host's for CPU tensors, the device's for the group's accelerator.
   Communicator* communicatorFor(const at::Tensor& tensor) const;
@@ -315,6 +338,7 @@ class ProcessGroupMojo : public c10d::Backend {
   std::once_flag ranksRecorded_;
   std::atomic<std::chrono::milliseconds> timeout_;
   std::atomic<uint64_t> sequence_{0};
+  uint64_t monitoredBarriers_ = 0;  // each one's keys in the store are its own
 
   // The batch between startCoalescing and endCoalescing (caller's thread).
   bool coalescing_ = false;

@@ -208,6 +208,17 @@ void Watchdog::inspect(ProcessGroupMojo& group) {
   double age = secondsSince(health.current.issued);
   double timeout = std::chrono::duration<double>(health.timeout).count();
   if (age < timeout) return;
+  if (health.current.raisesOnTimeout) {
+    // A barrier fails in its caller, as gloo's does, and the caller decides;
+    // the group cannot be trusted after it, so its communicator goes.
+    group.markReported(health.current.sequence);
+    group.abortCommunicator(health.current.what + " (collective #" +
+                            std::to_string(health.current.sequence) + ") Timed out after " +
+                            seconds(age) + " (the timeout= of its group is " + seconds(timeout) +
+                            "): a rank of the group did not reach it. The group is aborted: "
+                            "destroy it and make a new one to go on");
+    return;
+  }
   endTheRun(group,
             "Watchdog caught collective operation timeout: collective #" +
                 std::to_string(health.current.sequence) + " (" + health.current.what +

@@ -11,7 +11,7 @@
 #include "bootstrap.h"
 #include "comm.h"
 #include "datatypes.h"
-#include "device_staging.h"
+#include "device/staging.h"
 #include "error.h"
 #include "mojoccl/nccl.h"
 #include "transports/fabric.h"
@@ -314,6 +314,19 @@ MOJOCCL_API ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataTy
 MOJOCCL_API ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
                                   ncclComm_t comm, ncclStream_t stream) {
   return pointToPoint(comm, stream, {false, peer, recvbuff, count, datatype});
+}
+
+MOJOCCL_API ncclResult_t mojocclRecvAny(void* recvbuff, size_t count, ncclDataType_t datatype,
+                                        int* peer, ncclComm_t comm, ncclStream_t stream) {
+  return guarded([&] {
+    if (comm == nullptr || peer == nullptr)
+      mojoccl::fail(ncclInvalidArgument, "mojocclRecvAny: comm or peer is NULL");
+    if (stream != nullptr || groupDepth > 0)
+      mojoccl::fail(ncclInvalidUsage, "mojocclRecvAny takes host memory (stream NULL), outside "
+                                      "ncclGroupStart/End");
+    ActiveCall active(comm->impl);
+    *peer = comm->impl.receiveFromAny(recvbuff, count, datatype);
+  });
 }
 
 MOJOCCL_API ncclResult_t ncclGroupStart(void) {

@@ -493,4 +493,18 @@ void Comm::transfer(const std::vector<PointToPoint>& batch) {
   });
 }
 
+int Comm::receiveFromAny(void* buffer, size_t count, ncclDataType_t datatype) {
+  if (spansNodes())
+    fail(ncclInvalidUsage, "a receive from any rank works within one node, and this communicator "
+                           "spans " + std::to_string(nodes_.size()) + " nodes: pass the source rank");
+  if (datatypeSize(datatype) == 0)
+    fail(ncclInvalidArgument, "unknown datatype " + std::to_string(datatype));
+  if (count > 0 && buffer == nullptr) fail(ncclInvalidArgument, "a buffer pointer is NULL");
+  int source = -1;
+  run("ncclRecv from any rank", [&] {
+    source = shm_->commRank(mojoccl::receiveFromAny(*shm_, {false, -1, buffer, count, datatype, ++calls_}));
+  });
+  return source;
+}
+
 }  // namespace mojoccl

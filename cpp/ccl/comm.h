@@ -62,6 +62,9 @@ class Comm {
   };
   // Runs a batch of sends and receives together (one group's worth).
   void transfer(const std::vector<PointToPoint>& batch);
+  // A receive from whichever rank's message comes first; returns its rank.
+  // Within one node only (the ranks of other nodes are not watched).
+  int receiveFromAny(void* buffer, size_t count, ncclDataType_t datatype);
 
   // From any thread: makes every wait of this communicator fail promptly.
   void abort() { aborted_.store(true); }

@@ -3,6 +3,10 @@
 Usage: behaviour.py SCENARIO
   async_overlap  async_op=True returns while the peer has not joined yet
   timeout        a collective a peer never joins ends in an error, not a hang
+  barrier_timeout  a barrier a peer never joins raises in its caller after the
+                 group's timeout (as gloo's does); the process goes on
+  monitored_barrier  all ranks pass one; then rank 1 skips the next, which
+                 fails on every other rank naming it
 """
 
 import datetime
@@ -45,6 +49,37 @@ def main():
             print(f"{type(error).__name__}: {error}")
         print(f"after {time.monotonic() - start:.1f} s")
         sys.exit(0)
+    elif scenario == "barrier_timeout":
+        group = dist.new_group(timeout=datetime.timedelta(seconds=1))
+        if rank == 0:
+            start = time.monotonic()
+            try:
+                dist.barrier(group=group)
+                print("no error")
+            except RuntimeError as error:
+                print(f"barrier: {type(error).__name__}: {error}")
+            print(f"after {time.monotonic() - start:.1f} s")
+            try:
+                dist.all_reduce(torch.ones(2), group=group)
+            except RuntimeError as error:
+                print(f"then: {error}")
+        tensor = torch.ones(2)
+        dist.all_reduce(tensor)  # the default group is untouched
+        print(f"default group: {tensor.tolist()}")
+        dist.destroy_process_group(group)
+    elif scenario == "monitored_barrier":
+        world = dist.group.WORLD
+        world.monitored_barrier(datetime.timedelta(seconds=30), wait_all_ranks=True)
+        print("all passed")
+        if rank != 1:
+            start = time.monotonic()
+            try:
+                world.monitored_barrier(datetime.timedelta(seconds=2))
+                print("no error")
+            except RuntimeError as error:
+                print(f"{type(error).__name__}: {error}")
+            print(f"after {time.monotonic() - start:.1f} s")
+        dist.barrier()
     dist.destroy_process_group()
 
 

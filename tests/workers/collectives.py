@@ -18,6 +18,7 @@ Prints "checked N cases (G also on gloo)" and exits 1 listing the failures.
 import argparse
 import datetime
 import gc
+import math
 import os
 import sys
 import time
@@ -334,6 +335,20 @@ def check_all_gather(m, sizes):
             m.case(f"all_gather_into_tensor {dtype} n={numel}", into_tensor,
                    [torch.cat(inputs).reshape(-1)], dtype)
 
+    # One output list per rank, each with one tensor per input (of any shape).
+    shapes = [(1,), (2, 2), (0,), (3, 3, 3)]
+    for dtype in (torch.float32, torch.int64, torch.bool):
+        seed += 1
+        inputs = [[make_input(r, math.prod(shape), dtype, seed + i).reshape(shape)
+                   for i, shape in enumerate(shapes)] for r in range(m.world)]
+
+        def coalesced(group, inputs=inputs):
+            outputs = [[torch.empty(shape, dtype=dtype) for shape in shapes] for _ in range(m.world)]
+            dist.all_gather_coalesced(outputs, inputs[m.rank], group=group)
+            return [tensor for per_rank in outputs for tensor in per_rank]
+
+        m.case(f"all_gather_coalesced {dtype}", coalesced, [t for per_rank in inputs for t in per_rank], dtype)
+
 
 def check_gather_scatter(m):
     seed = 40_000
@@ -459,6 +474,52 @@ def check_point_to_point(m):
 
     m.case("five messages in order", in_order, [torch.full((i + 1,), float(left * 10 + i)) for i in range(5)],
            torch.float32)
+
+    # A receive without a source rank (MPI_ANY_SOURCE): rank 0 takes one
+    # message from each other rank, in whatever order they come.
+    def from_any_rank(group):
+        if m.rank != 0:
+            dist.send(torch.full((3,), float(m.rank)), 0, group=group)
+            return []
+        received = {}
+        for _ in range(m.world - 1):
+            tensor = torch.empty(3)
+            received[dist.recv(tensor, group=group)] = tensor
+        return [received[sender] for sender in sorted(received)]
+
+    if DEVICE.type != "cpu":
+        return
+    if m.spans_nodes:
+        if m.rank == 0:
+            m.raises("recv from any rank across nodes", RuntimeError, "nodes: pass the source rank",
+                     lambda: dist.recv(torch.empty(3)))
+        return
+    m.case("recv from any rank", from_any_rank,
+           [torch.full((3,), float(r)) for r in range(1, m.world)] if m.rank == 0 else [], torch.float32)
+
+
+def sparse_input(rank, dtype, dense_dims):
+    """A COO tensor of shape (6, 5, 4...) with 0, 2 or 4 entries, some at the
+    same index (uncoalesced)."""
+    entries = rank % 3 * 2
+    generator = torch.Generator().manual_seed(500 + rank)
+    indices = torch.stack([torch.randint(0, 6, (entries,), generator=generator),
+                           torch.randint(0, 5, (entries,), generator=generator)])
+    values = torch.randint(-5, 6, (entries,) + (4,) * dense_dims, generator=generator).to(dtype)
+    return torch.sparse_coo_tensor(indices, values, (6, 5) + (4,) * dense_dims)
+
+
+def check_sparse_all_reduce(m):
+    """What DDP does with sparse gradients (nn.Embedding(sparse=True))."""
+    for dtype in (torch.float32, torch.float64, torch.int64):
+        for dense_dims in (0, 1):
+            def run(group, dense_dims=dense_dims):
+                tensor = sparse_input(m.rank, dtype, dense_dims)
+                dist.all_reduce(tensor, group=group)
+                return [tensor.to_dense()]
+
+            expected = sum(sparse_input(r, dtype, dense_dims).to_dense() for r in range(m.world))
+            m.case(f"all_reduce sparse {dtype} dense dims {dense_dims}", run, [expected], dtype)
 
 
 def check_barriers_objects_groups(m):
@@ -677,10 +738,17 @@ def check_bad_input(m):
     m.raises("all_to_all splits", ValueError, "split_sizes add up to",
              lambda: dist.all_to_all_single(torch.empty(4 * m.world), torch.ones(4 * m.world),
                                             input_split_sizes=[1] * m.world, output_split_sizes=[4] * m.world))
-    m.raises("recv from any source", ValueError, "pass src=", lambda: backend.recv_anysource([torch.empty(2)], 0))
+    sparse = sparse_input(m.rank, torch.float32, 0)
+    m.raises("all_reduce sparse max", ValueError, "supports ReduceOp.SUM only",
+             lambda: dist.all_reduce(sparse, op=dist.ReduceOp.MAX))
+    m.raises("all_gather_coalesced lists", ValueError, f"needs {m.world} output lists (one per rank)",
+             lambda: dist.all_gather_coalesced([[torch.empty(2)]] * (m.world + 1), [torch.ones(2)]))
     if m.world >= 2:
         # Ranks that disagree all get the same error, and stay usable.
         m.raises("mismatch", RuntimeError, "collective mismatch", lambda: dist.all_reduce(torch.ones(4 + m.rank)))
+        m.raises("sparse shapes", ValueError, "every rank must pass a tensor of one shape",
+                 lambda: dist.all_reduce(torch.sparse_coo_tensor(torch.zeros(2, 0, dtype=torch.long),
+                                                                 torch.zeros(0), (3 + m.rank, 4))))
         after = torch.ones(2)
         dist.all_reduce(after)
         m.same("all_reduce after a mismatch", [after], [torch.full((2,), float(m.world))])
@@ -719,6 +787,8 @@ def main():
         check_gather_scatter(m)
         check_all_to_all(m)
         check_point_to_point(m)
+        if not args.device:
+            check_sparse_all_reduce(m)
         check_barriers_objects_groups(m)
         check_coalesced(m)
         if not args.device:

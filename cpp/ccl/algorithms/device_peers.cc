@@ -20,8 +20,8 @@
 
 #include "../comm.h"
 #include "../datatypes.h"
-#include "../device_kernels.h"
-#include "../device_runtime.h"
+#include "../device/kernels.h"
+#include "../device/runtime.h"
 #include "../error.h"
 #include "../transports/device_ipc.h"
 #include "step.h"

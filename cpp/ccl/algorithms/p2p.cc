@@ -68,7 +68,6 @@ class Progress {
     if (!mismatch_.empty()) throw MismatchError(mismatch_);
   }
 
- private:
   // Transfers to or from the same peer in the same direction go in order.
   bool firstInLine(size_t index) const {
     for (size_t j = 0; j < index; ++j)
@@ -98,6 +97,24 @@ class Progress {
     }
   }
 
+  int receiveFromAny(Transfer transfer) {
+    std::vector<int> peers;
+    for (int peer = 0; peer < shm_.size(); ++peer)
+      if (peer != shm_.self()) peers.push_back(peer);
+    if (peers.empty()) throw Error(ncclInvalidUsage, "a receive from any rank needs another rank");
+    while (true) {
+      uint32_t bell = shm_.doorbell();  // read before looking, so no ring is missed
+      for (int peer : peers) {
+        transfer.peer = peer;
+        if (!tryReceive(transfer)) continue;
+        if (!mismatch_.empty()) throw MismatchError(mismatch_);
+        return peer;
+      }
+      shm_.awaitDoorbell(bell, peers);
+    }
+  }
+
+ private:
   bool trySend(const Transfer& transfer) {
     ShmTransport::Entry entry{};
     if (!shm_.claimSend(transfer.peer, &entry)) return false;
@@ -146,6 +163,10 @@ class Progress {
 
 void runTransfers(ShmTransport& shm, const std::vector<Transfer>& transfers) {
   Progress(shm, transfers).run();
+}
+
+int receiveFromAny(ShmTransport& shm, const Transfer& transfer) {
+  return Progress(shm, {}).receiveFromAny(transfer);
 }
 
 // Across nodes every message is preceded by a small one that describes it

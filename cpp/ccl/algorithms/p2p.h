@@ -36,6 +36,12 @@ struct Transfer {
 // the batch is done, throws an error naming both sides.
 void runTransfers(ShmTransport& shm, const std::vector<Transfer>& transfers);
 
+// MPI_ANY_SOURCE within a node: receives the first message waiting from any
+// other rank of the node (`transfer.peer` is ignored) and returns the local
+// index of its sender. A message of another size or datatype is consumed
+// and reported, as by runTransfers.
+int receiveFromAny(ShmTransport& shm, const Transfer& transfer);
+
 // The same between nodes: `peer` is then a communicator rank and `self` ours.
 void runRemoteTransfers(FabricTransport& fabric, int self, const std::vector<Transfer>& transfers,
                         const std::string& what);

@@ -122,6 +122,13 @@ ncclResult_t ncclGroupEnd(void);
  * ncclInvalidUsage, with the reason in ncclGetLastError(). */
 ncclResult_t mojocclDescribeFabric(char* text, size_t size);
 
+/* libmojoccl's own: MPI_ANY_SOURCE. Receives the first message that any
+ * other rank sends to this one and stores its sender in *peer. Host memory
+ * only (stream NULL), outside a group, and within one node: otherwise
+ * ncclInvalidUsage. */
+ncclResult_t mojocclRecvAny(void* recvbuff, size_t count, ncclDataType_t datatype, int* peer,
+                            ncclComm_t comm, ncclStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

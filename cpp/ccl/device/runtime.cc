@@ -1,8 +1,8 @@
-#include "device_runtime.h"
+#include "runtime.h"
 
 #include <dlfcn.h>
 
-#include "error.h"
+#include "../error.h"
 
 namespace mojoccl {
 

@@ -1,6 +1,6 @@
-#include "device_staging.h"
+#include "staging.h"
 
-#include "device_runtime.h"
+#include "runtime.h"
 
 namespace mojoccl {
 

@@ -6,7 +6,7 @@
 // on its stream, where NCCL's would only be enqueued on it.
 //
 // The copies use the runtime the process already loaded for its tensors
-// (device_runtime.h).
+// (runtime.h).
 #pragma once
 
 #include <cstddef>

@@ -1,6 +1,6 @@
 // The Mojo GPU reduction kernel (kernels/gpu_reduce.mojo), compiled ahead of
 // time into gpu_kernels/reduce.<target>.{ptx,hsaco} next to libmojoccl and
-// loaded here with the process's own runtime (device_runtime.h): the image
+// loaded here with the process's own runtime (runtime.h): the image
 // the current GPU accepts is found by trying each one built for its vendor.
 #pragma once
 

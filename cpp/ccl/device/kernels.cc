@@ -1,4 +1,4 @@
-#include "device_kernels.h"
+#include "kernels.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -11,8 +11,8 @@
 #include <sstream>
 #include <vector>
 
-#include "device_runtime.h"
-#include "error.h"
+#include "runtime.h"
+#include "../error.h"
 
 namespace mojoccl {
 

@@ -1,0 +1,36 @@
+// Tensors as the collective library sees them: the NCCL datatype and
+// reduction for a torch dtype and ReduceOp, the words that describe a call
+// in reports, and the buffers a call reads and writes.
+#pragma once
+
+#include <string>
+
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include "backend/communicator.h"
+#include "mojoccl/nccl.h"
+
+namespace torch_mojo {
+
+std::string dtypeName(const at::Tensor& tensor);
+// Raises TypeError for a dtype the library cannot carry.
+ncclDataType_t ncclDatatypeOf(const at::Tensor& tensor);
+const char* reduceOpName(c10d::ReduceOp::RedOpType op);
+// Raises for an op the library has no reduction for (PREMUL_SUM, AVG on bool).
+ncclRedOp_t ncclRedOpOf(const c10d::ReduceOp& reduceOp, const at::Tensor& tensor);
+
+// "all_reduce 1024 x float32 sum": what reports call a collective.
+std::string describe(const char* op, const at::Tensor& tensor, const char* extra = nullptr);
+
+// Where a collective may write `output`: itself when contiguous, else a
+// fresh buffer whose contents copyBack() moves into `output` afterwards.
+at::Tensor writableBuffer(const at::Tensor& output);
+void copyBack(const at::Tensor& output, const at::Tensor& buffer);
+// Rows [begin, begin + count) of `tensor` along its first dimension.
+at::Tensor rows(const at::Tensor& tensor, int64_t begin, int64_t count);
+
+void sendTensor(Communicator& comm, const at::Tensor& tensor, int peer);
+void recvTensor(Communicator& comm, const at::Tensor& tensor, int peer);
+
+}  // namespace torch_mojo

@@ -1,0 +1,436 @@
+// The Work a call returns, and the queue of jobs behind it: each group's
+// worker thread runs its jobs in issue order, on the host or by enqueuing
+// them on the accelerator's communication stream, and retires them.
+#include "backend/process_group_mojo.hpp"
+
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <c10/util/Exception.h>
+
+#include <torch/csrc/distributed/c10d/logger.hpp>
+
+#include "backend/watchdog.hpp"
+
+namespace torch_mojo {
+
+using c10d::OpType;
+
+std::exception_ptr distBackendError(const std::string& message) {
+  try {
+    C10_THROW_ERROR(DistBackendError, message);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+// ------------------------------------------------------------------ Work
+
+WorkMojo::WorkMojo(int rank, c10d::OpType type, uint64_t sequence, std::string description,
+                   const char* profilingTitle, const std::vector<at::Tensor>& inputs,
+                   std::vector<at::Tensor> outputs, std::optional<c10::Device> device)
+    : Work(rank, type, profilingTitle, inputs),
+      sequence_(sequence),
+      description_(std::move(description)),
+      outputs_(std::move(outputs)),
+      device_(device),
+      // A device future records events on the streams it completes on, so
+      // that its waiters order their streams after the collective (NCCL's).
+      future_(c10::make_intrusive<c10::ivalue::Future>(
+          c10::ListType::create(c10::TensorType::get()),
+          device ? std::vector<c10::Device>{*device} : std::vector<c10::Device>{})) {
+  if (device_) end_ = std::make_unique<c10::Event>(device_->type());
+}
+
+bool WorkMojo::wait(std::chrono::milliseconds timeout) {
+  if (device_) {
+    TORCH_CHECK(timeout <= std::chrono::milliseconds(0), "work.wait(timeout=",
+                std::chrono::duration<double>(timeout).count(), " s) is not supported for ",
+                device_->str(), " collectives: wait() makes the current stream wait without "
+                "blocking the host; call it without a timeout (the process group's timeout "
+                "still applies)");
+    synchronize();
+    return true;
+  }
+  if (timeout > std::chrono::milliseconds(0)) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    bool done = cv_.wait_for(lock, timeout, [this] { return completed_; });
+    TORCH_CHECK(done, "work.wait(timeout=", std::chrono::duration<double>(timeout).count(),
+                " s): collective ", description_, " has not completed; it keeps running "
+                "(call wait() again to wait for it, or look for a rank that did not issue it)");
+  }
+  return Work::wait(std::chrono::milliseconds(0));  // rethrows the collective's error
+}
+
+int WorkMojo::sourceRank() const {
+  TORCH_CHECK(source_ != nullptr, "sourceRank() is known only for a receive without a source rank");
+  const int source = source_->load();
+  TORCH_CHECK(source >= 0, "sourceRank(): the receive has not completed; wait() for it first");
+  return source;
+}
+
+void WorkMojo::synchronize() {
+  if (!device_) return;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [this] { return issued_ || completed_; });
+    if (exception_) std::rethrow_exception(exception_);
+  }
+  c10::impl::VirtualGuardImpl guard(device_->type());
+  end_->block(guard.getStream(*device_));
+}
+
+void WorkMojo::issued(const c10::Stream& stream) {
+  {
+    // The future's event goes on the stream the collective runs on.
+    c10::StreamGuard onStream(stream);
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  issued_ = true;
+  cv_.notify_all();
+}
+
+void WorkMojo::complete(std::exception_ptr error) {
+  // The future first: whoever wait() releases may read it at once. A device
+  // future completed when the collective was enqueued.
+  if (!future_->completed()) {
+    if (error)
+      future_->setError(error);
+    else
+      future_->markCompleted(c10::IValue(outputs_));
+  }
+  finish(error);
+}
+
+// ------------------------------------------------------- jobs and threads
+
+ProcessGroupMojo::Job ProcessGroupMojo::makeJob(OpType type, const char* profilingName,
+                                                const std::string& description,
+                                                const std::vector<at::Tensor>& inputs,
+                                                std::vector<at::Tensor> outputs,
+                                                std::function<void(Communicator&)> issue,
+                                                std::function<void()> finish, int peer,
+                                                Communicator* comm) {
+  const uint64_t sequence = ++sequence_;
+  if (comm == nullptr) {
+    comm = !inputs.empty() ? communicatorFor(inputs[0])
+           : !outputs.empty() ? communicatorFor(outputs[0])
+                              : host_.get();
+  }
+  const bool deviceJob = device_ && comm == device_->comm.get();
+  auto work = c10::make_intrusive<WorkMojo>(
+      rank_, type, sequence, c10::str("#", sequence, " (", description, ")"), profilingName, inputs,
+      outputs, deviceJob ? std::optional<c10::Device>(device_->device) : std::nullopt);
+  Job job{work, std::move(issue), std::move(finish), {}, std::make_shared<CompletionEvent>(), {}};
+  job.comm = comm;
+  job.trace = Trace{sequence, description, Clock::now(), Trace::State::Queued,
+                    deviceJob ? device_->device.str() : "cpu", type == OpType::BARRIER};
+  if (deviceJob) {
+    // The job runs after what the caller's current stream holds now, its
+    // own preparation (contiguous copies, buffers) included.
+    c10::impl::VirtualGuardImpl guard(device_->device.type());
+    job.ready = std::make_shared<c10::Event>(device_->device.type());
+    job.ready->record(guard.getStream(device_->device));
+  }
+  if (!watched_) return job;
+  recordGroupRanks();
+  // As the flight recorder's analyser expects: "nccl:send 0->1", "nccl:recv 1<-0".
+  const bool isP2P =
+      type == OpType::SEND || type == OpType::RECV || type == OpType::RECVANYSOURCE;
+  std::string name = profilingName;
+  if (type == OpType::SEND) name += c10::str(" ", rank_, "->", peer);
+  if (type == OpType::RECV) name += c10::str(" ", rank_, "<-", peer);
+  static std::atomic<size_t> collectives{0}, transfers{0}, ops{0};
+  job.recordId = flight_recorder::record(
+      groupId_, {getGroupUid(), getGroupDesc()}, isP2P ? 0 : ++collectives, isP2P ? ++transfers : 0,
+      ++ops, name, inputs, outputs, job.done.get(), timeout_.load(), status_, isP2P);
+  std::lock_guard<std::mutex> lock(mutex_);
+  status_->lastEnqueuedSeq = static_cast<int64_t>(sequence);
+  status_->lastEnqueuedWorkName = name;
+  history_.push_back(job.trace);
+  if (history_.size() > 8) history_.pop_front();
+  return job;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::submit(Job job, bool synchronous) {
+  c10::intrusive_ptr<c10d::Work> work = job.work;
+  if (coalescing_) {
+    coalesced_.push_back(std::move(job));
+    return work;
+  }
+  bool runHere = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    TORCH_CHECK(!stopping_, "the mojo process group was shut down");
+    // A blocking call on an idle group runs on the caller's thread: two
+    // thread hand-offs would cost more than a small collective itself.
+    if (synchronous && queue_.empty() && !running_) {
+      startRunning(job);
+      runHere = true;
+    } else {
+      queue_.push_back(std::move(job));
+    }
+  }
+  if (runHere)
+    execute(job);
+  else
+    workAvailable_.notify_one();
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::enqueue(
+    OpType type, const char* profilingTitle, const std::string& description,
+    const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs,
+    std::function<void(Communicator&)> issue, std::function<void()> finish, bool synchronous,
+    int peer) {
+  return submit(makeJob(type, profilingTitle, description, inputs, std::move(outputs),
+                        std::move(issue), std::move(finish), peer),
+                synchronous);
+}
+
+void ProcessGroupMojo::startCoalescing() {
+  TORCH_CHECK(!coalescing_, "startCoalescing called twice without endCoalescing");
+  coalescing_ = true;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::endCoalescing() {
+  TORCH_CHECK(coalescing_, "endCoalescing without startCoalescing");
+  coalescing_ = false;
+  auto jobs = std::make_shared<std::vector<Job>>(std::move(coalesced_));
+  coalesced_.clear();
+  std::vector<at::Tensor> outputs;
+  std::vector<c10::intrusive_ptr<WorkMojo>> members;
+  for (const auto& job : *jobs) {
+    members.push_back(job.work);
+    for (const auto& tensor : job.work->result()) outputs.push_back(tensor);
+  }
+  // Its members' communicator, whose outputs it has (a batch of sends has
+  // none): all members must use the same.
+  Communicator* comm = jobs->empty() ? host_.get() : jobs->front().comm;
+  for (const auto& job : *jobs)
+    TORCH_CHECK_VALUE(job.comm == comm, "a coalesced batch mixes ", jobs->front().trace.device,
+                      " and ", job.trace.device,
+                      " tensors; the tensors of one batch must all be on one device");
+  // One library group: sends and receives of the batch progress together.
+  Job batch = makeJob(
+      OpType::COALESCED, "nccl:coalesced", c10::str("coalesced batch of ", jobs->size()), {},
+      outputs,
+      [jobs](Communicator& comm) {
+        comm.group([&] {
+          for (auto& job : *jobs) job.issue(comm);
+        });
+      },
+      [jobs] {
+        for (auto& job : *jobs)
+          if (job.finish) job.finish();
+      },
+      -1, comm);
+  batch.members = std::move(members);
+  batch.batch = jobs;
+  return submit(std::move(batch));
+}
+
+void ProcessGroupMojo::runJob(Job& job) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (aborted_) std::rethrow_exception(distBackendError(abortReason_));
+  }
+  job.issue(*job.comm);
+  if (job.finish) job.finish();
+}
+
+void ProcessGroupMojo::startRunning(const Job& job) {
+  running_ = true;
+  runningSequence_ = job.work->getSequencenumber();
+  runningTrace_ = job.trace;
+  if (Trace* trace = traceOf(runningSequence_)) trace->state = Trace::State::Running;
+  status_->lastStartedSeq = static_cast<int64_t>(runningSequence_);
+}
+
+ProcessGroupMojo::Trace* ProcessGroupMojo::traceOf(uint64_t sequence) {
+  for (auto& trace : history_)
+    if (trace.sequence == sequence) return &trace;
+  return nullptr;
+}
+
+ProcessGroupMojo::Trace ProcessGroupMojo::traceOf(const Job& job) {
+  const Trace* recorded = traceOf(job.work->getSequencenumber());
+  return recorded != nullptr ? *recorded : job.trace;
+}
+
+void ProcessGroupMojo::issueOnDevice(Job& job) {
+  const c10::Stream& stream = device_->stream;
+  c10::DeviceGuard onDevice(device_->device);
+  c10::StreamGuard onStream(stream);  // the copies of `finish` go on it too
+  job.ready->block(stream);
+  try {
+    runJob(job);
+  } catch (...) {
+    // Calls enqueued before the failure (a group's first ones) still use the
+    // job's tensors: they go only once the stream has passed them. A stream
+    // that never gets there is the watchdog's, as this job is running.
+    job.work->end().record(stream);
+    job.work->end().synchronize();
+    throw;
+  }
+  for (auto& member : job.members) member->end().record(stream);
+  job.work->end().record(stream);
+}
+
+void ProcessGroupMojo::execute(Job& job) {
+  std::exception_ptr error;
+  try {
+    if (job.ready)
+      issueOnDevice(job);
+    else
+      runJob(job);
+  } catch (...) {
+    error = classify(std::current_exception());
+    std::lock_guard<std::mutex> lock(mutex_);
+    // After an abort the library only knows "aborted"; say why. The abort
+    // has decided what happens: the watchdog has nothing more to report.
+    if (aborted_) {
+      error = distBackendError(abortReason_);
+      fatalError_.clear();
+    }
+  }
+  if (job.ready && !error) {
+    // Enqueued on the stream: the caller may go on; the job (and the
+    // tensors it holds) waits in flight until the stream passes its end.
+    try {
+      for (auto& member : job.members) member->issued(device_->stream);
+      job.work->issued(device_->stream);
+    } catch (...) {
+      error = std::current_exception();  // a device error recording the future's event
+    }
+  }
+  if (job.ready && !error) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      running_ = false;
+      inFlight_.push_back(std::move(job));
+    }
+    workAvailable_.notify_one();
+    return;
+  }
+  bool stopping;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    running_ = false;
+    stopping = stopping_;
+  }
+  if (stopping) workAvailable_.notify_one();  // a worker waiting to stop waits for this job
+  retire(job, error);
+}
+
+void ProcessGroupMojo::pollDevice() {
+  while (true) {
+    Job job;
+    std::exception_ptr error;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (inFlight_.empty()) return;
+      // One stream: jobs end in the order they were enqueued.
+      std::string failure;
+      try {
+        if (!inFlight_.front().work->end().query()) {
+          if (aborted_) return;  // the worker retires what is left as it stops
+          failure = device_->comm->asyncError();
+          if (failure.empty()) return;  // still running
+        }
+      } catch (const std::exception& deviceError) {
+        failure = deviceError.what();  // a device fault, reported by the runtime
+      }
+      if (!failure.empty()) {
+        fatalError_ = c10::str(device_->comm->library().kind(), " reported an error: ", failure);
+        error = distBackendError(fatalError_);
+      }
+      job = std::move(inFlight_.front());
+      inFlight_.pop_front();
+    }
+    // As ProcessGroupNCCL does: the kernels still queued behind a failed
+    // collective are stopped before their tensors are released.
+    if (error) device_->comm->abort();
+    retire(job, error);
+  }
+}
+
+void ProcessGroupMojo::retire(Job& job, std::exception_ptr error) {
+  job.done->done.store(true);
+  flight_recorder::retire(job.recordId);
+  if (job.batch) {
+    for (auto& member : *job.batch) {
+      member.done->done.store(true);
+      flight_recorder::retire(member.recordId);
+    }
+  }
+  bool queued;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const uint64_t sequence = job.work->getSequencenumber();
+    const auto ended = error ? Trace::State::Failed : Trace::State::Completed;
+    Trace* trace = traceOf(sequence);
+    if (trace != nullptr) trace->state = ended;
+    if (job.batch)
+      for (const auto& member : *job.batch)
+        if (Trace* memberTrace = traceOf(member.work->getSequencenumber())) memberTrace->state = ended;
+    status_->lastCompletedSeq = static_cast<int64_t>(sequence);
+    if (!fatalError_.empty() && watched_) {
+      // The ranks are out of step: the watchdog reports it (and, in its
+      // default mode, ends the run) before the caller sees the error.
+      failure_ = fatalError_;
+      failed_ = trace != nullptr ? *trace : Trace{sequence, job.work->description()};
+      Watchdog::get().wake();
+      failureReported_.wait(lock, [&] { return releasedUpTo_ >= sequence; });
+    }
+    fatalError_.clear();
+    queued = !queue_.empty();
+  }
+  // Only when a job waits: waking threads for nothing costs a core's time
+  // that the peers' ranks need.
+  if (queued) workAvailable_.notify_one();
+  for (auto& member : job.members) member->complete(error);
+  job.work->complete(error);
+}
+
+void ProcessGroupMojo::workerLoop() {
+  // How often device jobs in flight are checked for their end.
+  constexpr auto kDevicePoll = std::chrono::milliseconds(1);
+  // This thread's device, once: runtimes that restore "the current device"
+  // after an event call would otherwise make one on device 0.
+  if (device_) c10::impl::VirtualGuardImpl(device_->device.type()).uncheckedSetDevice(device_->device);
+  while (true) {
+    pollDevice();
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      // One job at a time, whether it runs here or on a caller's thread.
+      auto runnable = [this] { return !running_ && !queue_.empty(); };
+      auto finished = [this] {
+        return stopping_ && !running_ && queue_.empty() && (inFlight_.empty() || aborted_);
+      };
+      auto wake = [&] { return runnable() || finished(); };
+      if (inFlight_.empty())  // until there is a job to run, or one in flight to poll
+        workAvailable_.wait(lock, [&] { return wake() || !inFlight_.empty(); });
+      else
+        workAvailable_.wait_for(lock, kDevicePoll, wake);
+      if (finished()) {
+        // After an abort, what is still in flight ends with the abort's reason.
+        std::deque<Job> abandoned;
+        abandoned.swap(inFlight_);
+        fatalError_.clear();  // the abort has decided already: nothing left to report
+        lock.unlock();
+        for (auto& left : abandoned) retire(left, distBackendError(abortReason_));
+        return;
+      }
+      if (!runnable()) continue;
+      job = std::move(queue_.front());
+      queue_.pop_front();
+      startRunning(job);
+    }
+    execute(job);
+  }
+}
+
+}  // namespace torch_mojo
