@@ -23,7 +23,7 @@ test: build
 spack-check: build
 	$(BIN)/python -m pytest tests -m spack_install
 
-# PyTorch's DistributedTest at 2 and 3 ranks on mojo (about 25 minutes each).
+# PyTorch's DistributedTest at 2 and 3 ranks on mojo (about 24 and 38 minutes).
 pytorch-suite: build
 	$(BIN)/python -m tests.pytorch_suite.run --world-size 2
 	$(BIN)/python -m tests.pytorch_suite.run --world-size 3

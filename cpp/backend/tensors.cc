@@ -73,6 +73,11 @@ ncclRedOp_t ncclRedOpOf(const c10d::ReduceOp& reduceOp, const at::Tensor& tensor
   }
 }
 
+void checkRoot(int64_t root, int size, const char* call) {
+  TORCH_CHECK_VALUE(root >= 0 && root < size, call, " root ", root,
+                    " is not a rank of this group of ", size);
+}
+
 std::string describe(const char* op, const at::Tensor& tensor, const char* extra) {
   std::string text = c10::str(op, " ", tensor.numel(), " x ", dtypeName(tensor));
   return extra != nullptr ? text + " " + extra : text;

@@ -20,6 +20,9 @@ const char* reduceOpName(c10d::ReduceOp::RedOpType op);
 // Raises for an op the library has no reduction for (PREMUL_SUM, AVG on bool).
 ncclRedOp_t ncclRedOpOf(const c10d::ReduceOp& reduceOp, const at::Tensor& tensor);
 
+// Raises ValueError unless `root` is a rank of a group of `size`.
+void checkRoot(int64_t root, int size, const char* call);
+
 // "all_reduce 1024 x float32 sum": what reports call a collective.
 std::string describe(const char* op, const at::Tensor& tensor, const char* extra = nullptr);
 

@@ -43,14 +43,19 @@ SUBSET = [
     "test_all_gather_coalesced_full_group",
     "test_all_gather_coalesced_with_empty",
     "test_send_recv_any_source",
+    "test_send_recv_any_source_torch_profiler",
     "test_sparse_all_reduce_sum",
     "test_barrier_timeout_full_group",
     "test_all_reduce_sum",
+    "test_all_reduce_coalesced_sum",
+    "test_reduce_sum",
     "test_broadcast",
-    "test_DistributedDataParallel",
-    "test_all_to_all_single_equal_split",
-    "test_new_subgroups",
-    "test_DistributedDataParallel_SyncBatchNorm_Single_Input_Per_Process",
+    "test_all_gather",
+    "test_scatter",
+    "test_gather",
+    "test_batch_isend_irecv_gloo_tags",
+    "test_DistributedDataParallelCPU",
+    "test_accumulate_gradients_no_sync_allreduce_hook",
 ]
 
 
