@@ -22,6 +22,7 @@ class RankResult:
     returncode: int
     stdout: str
     stderr: str
+    pid: int = 0  # of the process started (the rank itself unless a rank_prefix wraps it)
 
 
 class JobFailed(AssertionError):
@@ -103,7 +104,7 @@ class RanksJob:
         for rank, (process, out, err) in enumerate(self.processes):
             out.seek(0)
             err.seek(0)
-            results.append(RankResult(rank, process.returncode, out.read(), err.read()))
+            results.append(RankResult(rank, process.returncode, out.read(), err.read(), process.pid))
             out.close()
             err.close()
         self.scratch.cleanup()

@@ -24,11 +24,17 @@ def clean_shm():
     assert set(glob.glob("/dev/shm/mojoccl-*")) <= before, "shared memory left behind"
 
 
-def run_fault(scenario, tmp_path, *, timeout=60, env=None):
+# The two ranks on two simulated nodes: they meet through libfabric.
+ON_TWO_NODES = {0: {"MOJOCCL_HOSTID": "a"}, 1: {"MOJOCCL_HOSTID": "b"}}
+
+
+def run_fault(scenario, tmp_path, *, timeout=60, env=None, rank_env=None):
     env = {"FAULT_TIMEOUT_S": str(TIMEOUT_S), "TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / "fr_rank_"),
            "TORCH_MOJO_BACKEND_TRACE": "0", **(env or {})}
+    if rank_env:
+        env["MOJOCCL_FABRIC_PROVIDER"] = "tcp"
     start = time.monotonic()
-    results = run_worker("faults", 2, scenario, env=env, timeout=timeout, check=False)
+    results = run_worker("faults", 2, scenario, env=env, rank_env=rank_env, timeout=timeout, check=False)
     return results, time.monotonic() - start
 
 
@@ -71,16 +77,19 @@ def test_disagreeing_ranks_all_raise_and_stay_usable(tmp_path, clean_shm):
         assert "after the mismatches: 4.0" in out  # 1 + 1, then 2 + 2
 
 
-@pytest.mark.parametrize("scenario", ["killed", "killed_sender", "exception"])
-def test_a_rank_that_dies_is_reported_at_once_not_at_the_timeout(scenario, tmp_path, clean_shm):
-    results, seconds = run_fault(scenario, tmp_path, env={"FAULT_TIMEOUT_S": "600"})
+@pytest.mark.parametrize("scenario, placement", [
+    ("killed", None), ("killed_sender", None), ("exception", None),
+    ("killed", ON_TWO_NODES), ("exception", ON_TWO_NODES),
+], ids=["killed", "killed_sender", "exception", "killed, 2 nodes", "exception, 2 nodes"])
+def test_a_rank_that_dies_is_reported_at_once_not_at_the_timeout(scenario, placement, tmp_path, clean_shm):
+    results, seconds = run_fault(scenario, tmp_path, env={"FAULT_TIMEOUT_S": "600"}, rank_env=placement)
     survivor, dead = results
     assert dead.returncode != 0
     assert survivor.returncode == 1, survivor.stderr
     assert "collective #2 (all_reduce 1024 x float32 sum) failed" in survivor.stderr
     # SIGKILL: the process is gone; an exception: Python ends it and the
     # communicator goes with it. Either is named.
-    named = ("rank 1 (pid" in survivor.stderr and "exited" in survivor.stderr) or \
+    named = ("rank 1 (" in survivor.stderr and "pid" in survivor.stderr and "exited" in survivor.stderr) or \
         "rank 1 destroyed or aborted its communicator" in survivor.stderr
     assert named, survivor.stderr
     # The run ends with the report: the error never reaches the script.

@@ -105,15 +105,68 @@ def test_ncclmemalloc_regions_are_registered_once_until_freed():
         assert events == [registered, freed, registered, freed], result.stderr[-3000:]
 
 
-def test_a_peer_on_another_node_that_exits_is_named_after_the_timeout():
-    results = ccl_job("ab", {**FABRIC, "MOJOCCL_IB_TIMEOUT_S": "3"}, scenario="peer_exits")
+def failed_after(result):
+    """How long the call that failed took, from the worker's "error after" line."""
+    return float(next(line for line in result.stdout.splitlines() if line.startswith("error after")).split()[2])
+
+
+def stamp(result, label):
+    return float(next(line for line in result.stdout.splitlines() if line.startswith(label)).split()[-1])
+
+
+def test_a_peer_on_another_node_that_exits_is_named_at_once():
+    results = ccl_job("ab", FABRIC, scenario="peer_exits")
     out, err = results[0].stdout, results[0].stderr
     assert f"error {REMOTE_ERROR}" in out, out
-    assert "waited 3 s for rank 1" in out and "across nodes (MOJOCCL_IB_TIMEOUT_S=3)" in out, out
-    assert 2.5 < float(next(line for line in out.splitlines() if line.startswith("error after")).split()[2]) < 10
+    assert f"rank 1 (host {os.uname().nodename}, pid {results[1].pid}) exited" in out, out
+    assert failed_after(results[0]) < 5, out  # not MOJOCCL_IB_TIMEOUT_S (60 s)
     # The line in the job's log names the collective and the peer.
     assert "[mojoccl] rank 0, ncclAllReduce(count=1000, float32, sum) (call #1): " in err, err
     assert "the communicator is unusable after an earlier error" in out
+
+
+def test_a_peer_on_another_node_that_stops_answering_is_named_after_the_timeout():
+    # Alive but late (a straggler, or a stopped process): only the timeout tells.
+    results = ccl_job("ab", {**FABRIC, "MOJOCCL_IB_TIMEOUT_S": "3", "SLEEP_S": "8"}, scenario="straggler")
+    out = results[0].stdout
+    assert f"error {REMOTE_ERROR}" in out, out
+    assert "waited 3 s for rank 1" in out and "across nodes (MOJOCCL_IB_TIMEOUT_S=3)" in out, out
+    assert 2.5 < failed_after(results[0]) < 10, out
+
+
+@pytest.mark.parametrize(
+    "scenario, victim",
+    [("dies_in_collective", 3), ("dies_in_collective", 2), ("dies_in_send", 3)],
+    ids=["a rank in a collective", "a node's first rank", "a rank between sends"],
+)
+def test_a_killed_rank_on_another_node_fails_every_survivor_within_moments(scenario, victim):
+    # 2 nodes x 2 ranks; the victim is SIGKILLed between two calls. Each
+    # survivor's failing call names it (rank, host, pid) well before
+    # MOJOCCL_IB_TIMEOUT_S (60 s), whichever node it is on.
+    results = run_worker("ccl", 4, scenario, env={**FABRIC, "VICTIM": str(victim)},
+                         rank_env=on_nodes("a", "a", "b", "b"), timeout=90, check=False)
+    assert results[victim].returncode == -9, results[victim]
+    for result in results:
+        if result.rank == victim:
+            continue
+        # Within the victim's node a rank may see the death itself (and the
+        # host goes without saying) or hear of it from the node's watch.
+        pid = results[victim].pid
+        names = [f"rank {victim} (host {os.uname().nodename}, pid {pid}) exited"]
+        if result.rank // 2 == victim // 2:
+            names.append(f"rank {victim} (pid {pid}) exited")
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert f"error {REMOTE_ERROR}" in result.stdout, result.stdout
+        assert any(name in result.stdout for name in names), result.stdout
+        # From the kill to this rank's error (one clock: one machine).
+        latency = stamp(result, "failed at") - stamp(results[victim], "killed at")
+        assert latency < 3, result.stdout
+
+
+def test_ranks_that_leave_normally_are_not_reported_as_failed():
+    results = ccl_job("aabb", FABRIC, scenario="node_leaves_early")
+    for result in results[:2]:
+        assert "ok after the node left" in result.stdout, result.stdout + result.stderr[-3000:]
 
 
 def torchrun_agents(nodes, script_args, env, timeout=240):

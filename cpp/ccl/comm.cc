@@ -15,6 +15,7 @@
 #include "error.h"
 #include "kernels.h"
 #include "transports/libfabric.h"
+#include "transports/peer_watch.h"
 
 namespace mojoccl {
 namespace {
@@ -104,6 +105,15 @@ void Comm::openFabric(Bootstrap& bootstrap) {
   bootstrap.agreeOnSuccess(failure.empty(), failure);
   fabric_ = std::make_unique<FabricTransport>(bootstrap, rank_, aborted_, timeoutSeconds);
   fabric_->traceRegistrations(trace);
+  watch_ = std::make_unique<PeerWatch>(bootstrap, nodes_, node_, rank_, *shm_, timeoutSeconds);
+  // A rank waiting on another node waits on no one here: the node's alarm
+  // tells it that some rank died, the watch's news that a rank it waits on left.
+  fabric_->checkPeersWith([this](const std::vector<int>& waitedOn) {
+    shm_->checkNodeAlarm();
+    for (int peer : waitedOn)
+      if (shm_->remoteDeparted(peer))
+        fail(ncclRemoteError, "rank " + std::to_string(peer) + " destroyed or aborted its communicator");
+  });
   if (trace) {
     std::string local;
     for (int peer : nodes_[node_]) local += (local.empty() ? "" : ",") + std::to_string(peer);

@@ -22,6 +22,7 @@
 #include "mojoccl/nccl.h"
 #include "transports/device_ipc.h"
 #include "transports/fabric.h"
+#include "transports/peer_watch.h"
 #include "transports/shm.h"
 
 namespace mojoccl {
@@ -71,6 +72,7 @@ class Comm {
   // After abort(), once no call is active: unmaps shared memory and frees
   // the device buffer (an aborted communicator is never destroyed).
   void releaseTransports() {
+    watch_.reset();
     shm_.reset();
     fabric_.reset();
     devicePeers_.reset();
@@ -143,6 +145,7 @@ class Comm {
   int node_ = 0;  // ours
   std::unique_ptr<ShmTransport> shm_;
   std::unique_ptr<FabricTransport> fabric_;  // only when the communicator spans nodes
+  std::unique_ptr<PeerWatch> watch_;         // likewise; stopped before the transports go
   bool devicePeersRequested_;                // MOJOCCL_DEVICE_PEERS=1
   bool devicePeersDecided_ = false;
   std::unique_ptr<DeviceIpcBuffers> devicePeers_;  // when every rank can read its peers' GPUs

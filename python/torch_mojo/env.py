@@ -185,8 +185,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "MOJOCCL_IB_TIMEOUT_S",
         "60",
-        "seconds a rank waits for a peer on another node without progress; it then prints a "
-        "line naming the collective and the peer, and the call fails",
+        "seconds a rank waits for a live peer on another node without progress; it then "
+        "prints a line naming the collective and the peer, and the call fails (a peer that "
+        "dies is named at once)",
         int_range=(1, 86400),
     ),
     Variable(

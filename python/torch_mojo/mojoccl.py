@@ -124,6 +124,12 @@ class Library:
         self.check(self.lib.ncclReduceScatter(_address(send), _address(recv), _count(recv),
                                               datatype_of(recv), op, comm, None))
 
+    def send(self, comm, buffer, peer):
+        self.check(self.lib.ncclSend(_address(buffer), _count(buffer), datatype_of(buffer), peer, comm, None))
+
+    def recv(self, comm, buffer, peer):
+        self.check(self.lib.ncclRecv(_address(buffer), _count(buffer), datatype_of(buffer), peer, comm, None))
+
     def all_to_all(self, comm, send, recv, nranks):
         """Equal parts, as a group of sends and receives (NCCL has no all-to-all call)."""
         part = _count(send) // nranks

@@ -5,6 +5,7 @@ the test reads them.
 """
 
 import os
+import signal
 import sys
 import threading
 import time
@@ -75,6 +76,44 @@ def main():
         if attempt("error", lambda: library.all_reduce(comm, data, out)):
             print(f"async {library.async_error(comm)}", flush=True)
             attempt("again", lambda: library.all_reduce(comm, data, out))
+    elif scenario == "straggler":
+        if rank == 1:
+            time.sleep(float(os.environ.get("SLEEP_S", "8")))  # alive, but late
+            os._exit(0)
+        attempt("error", lambda: library.all_reduce(comm, data, out))
+    elif scenario in ("dies_in_collective", "dies_in_send"):
+        # Rank VICTIM kills itself between two calls; every survivor's next
+        # call fails. In "dies_in_send", ranks r and r ^ 2 (on the other
+        # node) exchange messages instead of reducing.
+        victim = int(os.environ["VICTIM"])
+        step, give_up = 0, time.monotonic() + 30
+        while time.monotonic() < give_up:
+            step += 1
+            if rank == victim and step == 20:
+                print(f"killed at {time.time():.3f}", flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+            if scenario == "dies_in_collective":
+                call = lambda: library.all_reduce(comm, data, out)
+            elif rank < 2:
+                call = lambda: (library.send(comm, data, rank ^ 2), library.recv(comm, out, rank ^ 2))
+            else:
+                call = lambda: (library.recv(comm, out, rank ^ 2), library.send(comm, data, rank ^ 2))
+            if attempt("error", call):
+                print(f"failed at {time.time():.3f}", flush=True)
+                break
+        print(f"steps {step}", flush=True)
+    elif scenario == "node_leaves_early":
+        # The second node's ranks destroy the communicator and exit; the
+        # first node's go on with messages between themselves.
+        library.all_reduce(comm, data, out)
+        if rank >= 2:
+            library.lib.ncclCommDestroy(comm)
+            os._exit(0)
+        time.sleep(1.5)
+        for _ in range(10):
+            library.send(comm, data, 1 - rank) if rank == 0 else library.recv(comm, out, 0)
+            library.recv(comm, out, 1) if rank == 0 else library.send(comm, data, 0)
+        print("ok after the node left", flush=True)
     elif scenario == "abort":
         if rank == 1:
             time.sleep(float(os.environ.get("SLEEP_S", "20")))  # alive, but never joins

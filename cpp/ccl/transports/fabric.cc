@@ -171,8 +171,10 @@ FabricTransport::~FabricTransport() {
     std::unique_lock<std::mutex> lock(mutex_);
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeoutSeconds_);
     while (buffered_ > 0 && failure_.empty() && !aborted_.load() &&
-           std::chrono::steady_clock::now() < deadline)
+           std::chrono::steady_clock::now() < deadline) {
       progress("ncclCommDestroy");
+      if (checkPeers_) checkPeers_({});  // no use waiting once a rank died
+    }
   } catch (const Error&) {
   }
   if (endpoint_) fi_close(&endpoint_->fid);
@@ -225,12 +227,12 @@ uint64_t FabricTransport::tag(int sender, uint32_t counter) const {
 
 void FabricTransport::postSend(int peer, const void* data, size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
-  post(peer, true, static_cast<char*>(const_cast<void*>(data)), bytes, nullptr);
+  postOrCancel(peer, true, static_cast<char*>(const_cast<void*>(data)), bytes, nullptr);
 }
 
 void FabricTransport::postRecv(int peer, void* data, size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
-  post(peer, false, static_cast<char*>(data), bytes, nullptr);
+  postOrCancel(peer, false, static_cast<char*>(data), bytes, nullptr);
 }
 
 void FabricTransport::postBufferedSend(int peer, const void* data, size_t bytes) {
@@ -238,8 +240,19 @@ void FabricTransport::postBufferedSend(int peer, const void* data, size_t bytes)
   auto copy = std::make_shared<std::vector<char>>(from, from + bytes);
   std::lock_guard<std::mutex> lock(mutex_);
   if (!progressThread_.joinable()) progressThread_ = std::thread([this] { progressBufferedSends(); });
-  post(peer, true, copy->data(), bytes, copy);
+  postOrCancel(peer, true, copy->data(), bytes, copy);
   bufferedPosted_.notify_one();
+}
+
+// A post that fails leaves the ranks out of step, as a failed wait does.
+void FabricTransport::postOrCancel(int peer, bool isSend, char* base, size_t bytes,
+                                   const std::shared_ptr<std::vector<char>>& copy) {
+  try {
+    post(peer, isSend, base, bytes, copy);
+  } catch (const Error&) {
+    cancelPending();
+    throw;
+  }
 }
 
 // Posts `bytes` in pieces of at most maxMessage_; an empty message still
@@ -270,6 +283,7 @@ void FabricTransport::post(int peer, bool isSend, char* base, size_t bytes,
         fail(ncclSystemError, "posting " + what() + " failed: " + library_.strerror(static_cast<int>(-result)));
       progress(what());  // the queue is full: completions make room
       if (aborted_.load()) fail(ncclInvalidUsage, "the communicator was aborted");
+      if (checkPeers_) checkPeers_({peer});
       if (std::chrono::steady_clock::now() - start > std::chrono::seconds(timeoutSeconds_))
         failTimedOut(what(), peer);
     }
@@ -282,7 +296,7 @@ void FabricTransport::waitAll(const std::string& what) {
   std::unique_lock<std::mutex> lock(mutex_);
   waiting_ = true;
   try {
-    auto lastProgress = std::chrono::steady_clock::now();
+    auto lastProgress = std::chrono::steady_clock::now(), lastCheck = lastProgress;
     uint64_t seen = completed_;
     while (waitedFor_ > 0) {
       if (!failure_.empty()) fail(ncclRemoteError, failure_);
@@ -294,6 +308,10 @@ void FabricTransport::waitAll(const std::string& what) {
         continue;
       }
       if (aborted_.load()) fail(ncclInvalidUsage, "the communicator was aborted");
+      if (checkPeers_ && now - lastCheck > std::chrono::milliseconds(1)) {
+        lastCheck = now;
+        checkPeers_(peersWaitedOn());
+      }
       if (now - lastProgress > std::chrono::seconds(timeoutSeconds_)) failTimedOut(what, oldestPeer());
     }
   } catch (const Error&) {
@@ -330,6 +348,14 @@ int FabricTransport::oldestPeer() const {
   for (const auto& request : pending_)
     if (!request.done && !request.buffered) return request.peer;
   return pending_.empty() ? rank_ : pending_.front().peer;
+}
+
+std::vector<int> FabricTransport::peersWaitedOn() const {
+  std::vector<int> peers;
+  for (const auto& request : pending_)
+    if (!request.done && !request.buffered && std::find(peers.begin(), peers.end(), request.peer) == peers.end())
+      peers.push_back(request.peer);
+  return peers;
 }
 
 void FabricTransport::failTimedOut(const std::string& what, int rank) {

@@ -73,6 +73,12 @@ class FabricTransport {
   // `what` names the operation in errors ("ncclAllReduce(...) across nodes").
   void waitAll(const std::string& what);
 
+  // Called about every millisecond while a wait makes no progress, with the
+  // ranks it waits on; throws to end the wait (a rank that died or left
+  // elsewhere, transports/peer_watch.h).
+  using PeerCheck = std::function<void(const std::vector<int>& waitedOn)>;
+  void checkPeersWith(PeerCheck check) { checkPeers_ = std::move(check); }
+
   // "tcp;ofi_rxm on lo (libfabric 1.17, /usr/lib/.../libfabric.so.1)"
   std::string describe() const;
   // Prints a line for each memory region registered (MOJOCCL_IB_TRACE).
@@ -91,12 +97,15 @@ class FabricTransport {
   // With mutex_ held, as every function below.
   void post(int peer, bool isSend, char* base, size_t bytes,
             const std::shared_ptr<std::vector<char>>& copy);
+  void postOrCancel(int peer, bool isSend, char* base, size_t bytes,
+                    const std::shared_ptr<std::vector<char>>& copy);
   void complete(Request& request, size_t length, const std::string& what);
   void progress(const std::string& what);
   [[noreturn]] void failRequest(const fi_cq_err_entry& error, const std::string& what);
   void cancelPending();
   [[noreturn]] void failTimedOut(const std::string& what, int peer);
   int oldestPeer() const;  // of the requests waited for
+  std::vector<int> peersWaitedOn() const;
   void progressBufferedSends();
   uint64_t tag(int sender, uint32_t counter) const;
   // The registration of the ncclMemAlloc region holding [data, data + bytes),
@@ -120,6 +129,7 @@ class FabricTransport {
   std::vector<uint32_t> sent_, received_;  // messages posted per peer, each way
   size_t maxMessage_;
   int timeoutSeconds_;
+  PeerCheck checkPeers_;
 
   // libfabric is used from one thread at a time (FI_THREAD_DOMAIN).
   std::mutex mutex_;

@@ -58,6 +58,7 @@ int usableCores() {
 }  // namespace
 
 constexpr size_t kFailureBytes = 512;
+constexpr uint32_t kMaxDepartures = 256;  // beyond them, MOJOCCL_IB_TIMEOUT_S tells
 
 struct ShmTransport::ControlBlock {
   Counter stage[kStages];
@@ -65,6 +66,12 @@ struct ShmTransport::ControlBlock {
   std::atomic<uint32_t> departed;  // set when the rank leaves the communicator
   std::atomic<uint32_t> failed;    // set, after `failure`, when a collective failed here
   char failure[kFailureBytes];
+  // The first rank's block only: the node's alarm, and the ranks of other
+  // nodes known to have left (the first kMaxDepartures of them).
+  std::atomic<uint32_t> alarmed;  // after `alarm`
+  char alarm[kFailureBytes];
+  std::atomic<uint32_t> departures;  // entries of `departedRanks` written
+  std::atomic<int32_t> departedRanks[kMaxDepartures];
   alignas(kCacheLine) char notes[kSlots][kNoteBytes];
 };
 
@@ -392,6 +399,53 @@ void ShmTransport::markFailed(const std::string& why) {
     if (peer != self_) ring(control(peer).doorbell);
 }
 
+void ShmTransport::raiseAlarm(const std::string& why) {
+  std::lock_guard<std::mutex> lock(alarmMutex_);
+  ControlBlock& node = control(0);
+  if (node.alarmed.load()) return;
+  snprintf(node.alarm, kFailureBytes, "%s", why.c_str());
+  node.alarmed.store(1, std::memory_order_release);
+  for (int peer = 0; peer < size(); ++peer) {
+    for (auto& counter : control(peer).stage) futexWakeAll(&counter.value);
+    ring(control(peer).doorbell);
+  }
+}
+
+void ShmTransport::checkAlarm() const {
+  const ControlBlock& node = control(0);
+  if (node.alarmed.load(std::memory_order_acquire))
+    fail(ncclRemoteError, std::string(node.alarm, strnlen(node.alarm, kFailureBytes)));
+}
+
+void ShmTransport::checkNodeAlarm() const {
+  if (aborted_.load()) fail(ncclInvalidUsage, "the communicator was aborted");
+  checkAlarm();
+  if (self_ != 0 && peerDied(0))
+    fail(ncclRemoteError, "rank " + std::to_string(peers_[0].commRank) + " (pid " +
+                              std::to_string(peers_[0].pid) + ") exited");
+}
+
+bool ShmTransport::peerDeparted(int peer) const { return control(peer).departed.load() != 0; }
+
+bool ShmTransport::peerDied(int peer) const { return !peerDeparted(peer) && peerExited(peer); }
+
+// Written by the PeerWatch thread alone; read by every rank of the node.
+void ShmTransport::recordRemoteDeparture(int commRank) {
+  ControlBlock& node = control(0);
+  uint32_t count = node.departures.load();
+  if (count == kMaxDepartures || remoteDeparted(commRank)) return;
+  node.departedRanks[count].store(commRank);
+  node.departures.store(count + 1, std::memory_order_release);
+}
+
+bool ShmTransport::remoteDeparted(int commRank) const {
+  const ControlBlock& node = control(0);
+  uint32_t count = node.departures.load(std::memory_order_acquire);
+  for (uint32_t i = 0; i < count; ++i)
+    if (node.departedRanks[i].load() == commRank) return true;
+  return false;
+}
+
 bool ShmTransport::peerExited(int peer) const {
   int fd = pidfds_[peer];
   if (fd < 0) return kill(peers_[peer].pid, 0) != 0 && errno == ESRCH;
@@ -401,6 +455,7 @@ bool ShmTransport::peerExited(int peer) const {
 
 void ShmTransport::checkPeer(int peer) const {
   if (aborted_.load()) fail(ncclInvalidUsage, "the communicator was aborted");
+  checkAlarm();
   const ShmPeer& who = peers_[peer];
   if (control(peer).failed.load(std::memory_order_acquire))
     fail(ncclRemoteError, "rank " + std::to_string(who.commRank) + " failed: " +

@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,29 @@ class ShmTransport {
   // raise "rank N failed: <why>" within 50 ms instead of waiting on.
   void markFailed(const std::string& why);
 
+  // ---- the node's alarm: a rank of the communicator failed somewhere
+  // Raised by the node's first rank (its PeerWatch, transports/peer_watch.h);
+  // every wait of every rank of the node then fails with `why`. The first
+  // alarm is the one reported.
+  void raiseAlarm(const std::string& why);
+  // Throws the alarm, if raised, or that the node's first rank exited
+  // without leaving the communicator: what a rank waiting on another node
+  // checks, as it waits on no one here.
+  void checkNodeAlarm() const;
+  // Ranks of other nodes that left the communicator (destroyed or aborted
+  // it), as the node's PeerWatch hears of them: a rank waiting on one of
+  // them fails at once, as it would waiting on a rank of this node.
+  void recordRemoteDeparture(int commRank);
+  bool remoteDeparted(int commRank) const;
+  // Whether local `peer` left the communicator, and whether it ended
+  // without leaving it.
+  bool peerDeparted(int peer) const;
+  bool peerDied(int peer) const;
+  // A pidfd that becomes readable when `peer` ends; -1 for ourselves or
+  // where pidfd_open is unavailable.
+  int pidfd(int peer) const { return pidfds_[peer]; }
+  int pid(int peer) const { return peers_[peer].pid; }
+
   // ---- channels (point-to-point)
   struct Entry {
     char* note;
@@ -122,6 +146,7 @@ class ShmTransport {
   char* entryAt(int from, int to, uint32_t index) const;
   std::string bufferName(int from, int to, uint64_t serial) const;
   void checkPeer(int peer) const;
+  void checkAlarm() const;
   bool peerExited(int peer) const;
   bool probeCrossMemoryAttach(Bootstrap& bootstrap);
 
@@ -138,6 +163,7 @@ class ShmTransport {
   int spins_;
   bool crossMemoryAttach_ = false;
   const std::atomic<bool>& aborted_;
+  std::mutex alarmMutex_;  // the alarm is raised by a thread of its own
 
   struct Outgoing {
     uint64_t serial;

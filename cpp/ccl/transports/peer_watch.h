@@ -1,0 +1,71 @@
+// Notices a rank of the communicator that dies on any node, within moments,
+// and tells every rank of every node.
+//
+// Within a node a waiting rank sees a peer's process end (its pidfd). A
+// rank waiting on another node cannot, and without this would learn of the
+// death only when MOJOCCL_IB_TIMEOUT_S runs out. So each node's first rank
+// (its leader) keeps a TCP connection to every other node's leader and a
+// thread that waits on those connections and on the pidfds of its node's
+// ranks:
+//   - a local rank that ends without leaving the communicator: the leader
+//     raises its node's alarm and sends the news to the other leaders;
+//   - news from another leader: raised as this node's alarm;
+//   - another leader's connection closing before it left (its process
+//     ended) or timing out (its node went down, TCP keepalive after
+//     MOJOCCL_IB_TIMEOUT_S): raised as this node's alarm.
+// The alarm (ShmTransport::raiseAlarm) makes every wait of the node's ranks
+// fail, within shared memory and on the fabric, naming the rank that died,
+// its host and its pid.
+//
+// Leaving is not dying: a rank that destroys or aborts its communicator
+// marks itself departed, its leader tells the other leaders (within 100 ms),
+// and only a rank that waits on it fails ("destroyed or aborted its
+// communicator"), as within a node. Once a node's leader has left, that
+// node's other ranks are no longer watched.
+#pragma once
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../bootstrap.h"
+#include "../socket.h"
+#include "shm.h"
+
+namespace mojoccl {
+
+class PeerWatch {
+ public:
+  // Collective over `bootstrap`: every rank of the communicator calls it;
+  // only leaders (the first rank of each of `nodes`) connect and watch.
+  PeerWatch(Bootstrap& bootstrap, const std::vector<std::vector<int>>& nodes, int node, int rank,
+            ShmTransport& shm, int timeoutSeconds);
+  ~PeerWatch();  // tells the other leaders that this rank left
+  PeerWatch(const PeerWatch&) = delete;
+  PeerWatch& operator=(const PeerWatch&) = delete;
+
+ private:
+  struct Leader {
+    int rank;
+    Socket socket;
+    bool gone = false;  // it left, or its connection ended
+  };
+  void connectLeaders(Bootstrap& bootstrap, const std::vector<std::vector<int>>& nodes, int node,
+                      int timeoutSeconds);
+  void watch();
+  void watchLocalRanks();
+  void readFrom(Leader& leader);
+  void tellLeaders(uint32_t kind, int rank, const std::string& text);
+  std::string describeRank(int rank) const;
+
+  int rank_;
+  ShmTransport& shm_;
+  std::vector<RankInfo> ranks_;
+  std::vector<Leader> leaders_;  // the other nodes' leaders
+  std::vector<bool> localWatched_;  // per local rank: still to be watched
+  int wakeup_[2] = {-1, -1};        // a pipe that ends the thread
+  std::thread thread_;
+};
+
+}  // namespace mojoccl
