@@ -49,6 +49,21 @@ def test_conformance_matrix_over_libfabrics_shm_provider():
                rank_env=on_nodes("a", "b"), timeout=120)
 
 
+def test_conformance_matrix_through_the_registered_staging_region():
+    # MOJOCCL_FABRIC_MR_LOCAL=1 takes the path of providers that need every
+    # buffer registered (FI_MR_LOCAL, as verbs) on tcp: ordinary memory goes
+    # through the registered staging region, here 1 MiB (16 slots of 64 KiB,
+    # so large messages wait for slots), and the results are the same.
+    env = {**FABRIC, "MOJOCCL_FABRIC_MR_LOCAL": "1", "MOJOCCL_REGION_MB": "1", "MOJOCCL_IB_TRACE": "1"}
+    results = run_worker("collectives", 4, "--quick", env=env, rank_env=on_nodes("a", "a", "b", "b"), timeout=300)
+    for result in results:
+        assert "checked" in result.stdout
+    for leader in (results[0], results[2]):
+        line = next(line for line in leader.stderr.splitlines() if "staging region" in line)
+        staged = int(line.split(": ")[1].split()[0])
+        assert staged > 1000 and "registered 1048576-byte staging region" in line, line
+
+
 def ccl_job(hosts, env, scenario="init", timeout=60):
     return run_worker("ccl", len(hosts), scenario, env=env, rank_env=on_nodes(*hosts), timeout=timeout)
 
@@ -72,8 +87,14 @@ def test_trace_names_each_ranks_node_and_provider():
         ({**FABRIC, "MOJOCCL_NET": "verbs"}, "libfabric's verbs provider serves InfiniBand"),
         ({**FABRIC, "MOJOCCL_IB_TIMEOUT_S": "0"},
          "MOJOCCL_IB_TIMEOUT_S=0 is not valid: expected an integer from 1 to 86400"),
+        ({**FABRIC, "MOJOCCL_REGION_MB": "lots"},
+         "MOJOCCL_REGION_MB=lots is not valid: expected an integer from 0 to 65536"),
+        ({**FABRIC, "MOJOCCL_FABRIC_MR_LOCAL": "1", "MOJOCCL_REGION_MB": "0"},
+         "MOJOCCL_FABRIC_MR_LOCAL=1 registers every buffer, and MOJOCCL_REGION_MB=0 turns off the registered "
+         "staging buffer that ordinary memory goes through: unset MOJOCCL_REGION_MB (256 MiB) or set it"),
     ],
-    ids=["default provider absent", "unknown provider", "unknown domain", "no libfabric", "verbs", "bad timeout"],
+    ids=["default provider absent", "unknown provider", "unknown domain", "no libfabric", "verbs", "bad timeout",
+         "bad region size", "registration without a region"],
 )
 def test_bad_fabric_settings_fail_every_rank_at_once(env, message):
     # Set on every rank; a failure agreed at set-up reaches all of them.

@@ -98,6 +98,8 @@ void Comm::openFabric(Bootstrap& bootstrap) {
            "verbs provider serves InfiniBand: set MOJOCCL_NET=fabric MOJOCCL_FABRIC_PROVIDER=verbs");
     trace = envChoice("MOJOCCL_IB_TRACE", "0", {"0", "1"}) == "1";
     timeoutSeconds = static_cast<int>(envInt("MOJOCCL_IB_TIMEOUT_S", 60, 1, 86400));
+    forcedLocalRegistration();  // read here so that a bad value fails every rank at once
+    stagingMegabytes();
     LibFabric::get();
   } catch (const Error& error) {
     failure = error.what();

@@ -216,10 +216,19 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         "MOJOCCL_REGION_MB",
-        "64 on gfx942 (MI300 series), 256 elsewhere",
-        "size of each rank's node-to-node staging buffer, in MiB",
-        int_range=(1, 65536),
-        used=False,
+        "256",
+        "size of each rank's registered node-to-node staging buffer, in MiB, for providers that "
+        "need registered buffers (`FI_MR_LOCAL`, as `verbs`); ordinary memory goes through it, "
+        "`ncclMemAlloc` memory is registered in place; `0` turns it off, which such providers "
+        "refuse",
+        int_range=(0, 65536),
+    ),
+    Variable(
+        "MOJOCCL_FABRIC_MR_LOCAL",
+        "0",
+        "`1` registers every buffer as providers that need `FI_MR_LOCAL` require, on any provider "
+        "(runs that path on `tcp`, as the tests do)",
+        choices=("0", "1"),
     ),
     Variable(
         "MOJOCCL_NVLS",

@@ -4,7 +4,10 @@
 #include <cstdio>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <memory>
+
+#include <sys/mman.h>
 
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -42,6 +45,14 @@ std::string joined(const std::vector<std::string>& names) {
 }
 
 }  // namespace
+
+bool forcedLocalRegistration() { return envChoice("MOJOCCL_FABRIC_MR_LOCAL", "0", {"0", "1"}) == "1"; }
+
+int64_t stagingMegabytes() { return envInt("MOJOCCL_REGION_MB", 256, 0, 65536); }
+
+bool registersLocalBuffers(const fi_info* info) {
+  return (info->domain_attr->mr_mode & FI_MR_LOCAL) || forcedLocalRegistration();
+}
 
 FabricChoice chooseFabric(const LibFabric& library) {
   FabricChoice choice;
@@ -85,10 +96,13 @@ FabricChoice chooseFabric(const LibFabric& library) {
                      ". Set MOJOCCL_FABRIC_PROVIDER to one of them (cxi on Slingshot, verbs on "
                      "InfiniBand, tcp elsewhere)" +
                      (domain.empty() ? "" : ", or MOJOCCL_FABRIC_DOMAIN to one of its domains");
-  } else if (choice.info->domain_attr->mr_mode & FI_MR_LOCAL) {
-    choice.failure = "libfabric provider " + std::string(choice.info->fabric_attr->prov_name) +
-                     " needs registered local buffers (FI_MR_LOCAL), which this libmojoccl does not "
-                     "register yet; choose another provider with MOJOCCL_FABRIC_PROVIDER";
+  } else if (registersLocalBuffers(choice.info) && stagingMegabytes() == 0) {
+    choice.failure = std::string(forcedLocalRegistration()
+                                     ? "MOJOCCL_FABRIC_MR_LOCAL=1 registers every buffer"
+                                     : "libfabric provider " + std::string(choice.info->fabric_attr->prov_name) +
+                                           " needs registered local buffers (FI_MR_LOCAL)") +
+                     ", and MOJOCCL_REGION_MB=0 turns off the registered staging buffer that ordinary "
+                     "memory goes through: unset MOJOCCL_REGION_MB (256 MiB) or set it to a size in MiB";
   }
   if (!choice.failure.empty()) choice.info = nullptr;
   return choice;
@@ -140,6 +154,7 @@ FabricTransport::FabricTransport(Bootstrap& bootstrap, int rank, const std::atom
     size_t length = sizeof(mine.bytes);
     check(fi_getname(&endpoint_->fid, mine.bytes, &length), "fi_getname");
     mine.length = static_cast<uint32_t>(length);
+    if (registersLocalBuffers(info_)) openStaging();
   } catch (const Error& error) {
     failure = error.what();
   }
@@ -155,6 +170,7 @@ FabricTransport::FabricTransport(Bootstrap& bootstrap, int rank, const std::atom
   }
   bootstrap.agreeOnSuccess(failure.empty(), failure);
   maxMessage_ = std::min(info_->ep_attr->max_msg_size, kMaxPiece);
+  if (staging_) maxMessage_ = std::min(maxMessage_, staging_->slotBytes);
   regionWatch_ = watchRegionFrees([this](uint64_t id) { forgetRegion(id); });
 }
 
@@ -179,6 +195,13 @@ FabricTransport::~FabricTransport() {
   }
   if (endpoint_) fi_close(&endpoint_->fid);
   for (auto& registration : registrations_) fi_close(&registration.second->fid);
+  if (staging_) {
+    if (traceRegistrations_)
+      fprintf(stderr, "[mojoccl] rank %d: %llu messages went through the registered %zu-byte staging region\n",
+              rank_, static_cast<unsigned long long>(staging_->staged), staging_->bytes);
+    if (staging_->registration) fi_close(&staging_->registration->fid);
+    munmap(staging_->base, staging_->bytes);
+  }
   if (av_) fi_close(&av_->fid);
   if (cq_) fi_close(&cq_->fid);
   if (domain_) fi_close(&domain_->fid);
@@ -187,6 +210,28 @@ FabricTransport::~FabricTransport() {
 }
 
 std::string FabricTransport::describe() const { return describeFabric(info_, library_); }
+
+// MOJOCCL_REGION_MB of memory, touched only as far as messages need it,
+// in 16 slots (at most kMaxPiece each): the first half for receives.
+void FabricTransport::openStaging() {
+  auto region = std::make_unique<StagingRegion>();
+  region->bytes = static_cast<size_t>(stagingMegabytes()) << 20;
+  region->slotBytes = std::min(region->bytes / 16, kMaxPiece);
+  void* base = mmap(nullptr, region->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) failSystem("mmap of the " + std::to_string(region->bytes >> 20) + " MiB staging region (MOJOCCL_REGION_MB)");
+  region->base = static_cast<char*>(base);
+  staging_ = std::move(region);  // unmapped by the destructor from here on
+  int result = fi_mr_reg(domain_, staging_->base, staging_->bytes, FI_SEND | FI_RECV, 0, nextKey_++, 0,
+                         &staging_->registration, nullptr);
+  if (result == 0 && (info_->domain_attr->mr_mode & FI_MR_ENDPOINT))
+    result = fi_mr_bind(staging_->registration, &endpoint_->fid, 0) || fi_mr_enable(staging_->registration);
+  if (result != 0)
+    fail(ncclSystemError, "registering the " + std::to_string(staging_->bytes >> 20) +
+                              " MiB staging region (MOJOCCL_REGION_MB) with libfabric provider " +
+                              info_->fabric_attr->prov_name + " failed: " + library_.strerror(-result));
+  staging_->descriptor = fi_mr_desc(staging_->registration);
+  for (int slot = 15; slot >= 0; --slot) staging_->freeSlots[slot >= 8].push_back(slot);
+}
 
 void* FabricTransport::descriptorFor(const void* data, size_t bytes) {
   RegionDescriptor region = describeBuffer(data, bytes);
@@ -268,28 +313,60 @@ void FabricTransport::post(int peer, bool isSend, char* base, size_t bytes,
   const auto start = std::chrono::steady_clock::now();
   do {
     size_t piece = std::min(maxMessage_, bytes - offset);
-    pending_.push_back({{}, peer, isSend, piece, buffered, copy});
+    uint64_t messageTag = isSend ? tag(rank_, sent_[peer]++) : tag(peer, received_[peer]++);
+    pending_.push_back({{}, peer, isSend, piece, buffered, copy, messageTag, base + offset, -1});
     Request& request = pending_.back();
     (buffered ? buffered_ : waitedFor_) += 1;
-    void* descriptor = descriptorFor(base + offset, piece);
-    for (;;) {
-      ssize_t result =
-          isSend ? fi_tsend(endpoint_, base + offset, piece, descriptor, addresses_[peer],
-                            tag(rank_, sent_[peer]), &request.context)
-                 : fi_trecv(endpoint_, base + offset, piece, descriptor, FI_ADDR_UNSPEC,
-                            tag(peer, received_[peer]), 0, &request.context);
-      if (result == 0) break;
-      if (result != -FI_EAGAIN)
-        fail(ncclSystemError, "posting " + what() + " failed: " + library_.strerror(static_cast<int>(-result)));
+    offset += piece;
+    void* descriptor = descriptorFor(request.user, piece);
+    if (descriptor == nullptr && staging_) {
+      // Never waits for a slot: the messages that would free one may need
+      // this rank's later posts (a receive after its sends) to complete.
+      waitingForSlot_[isSend].push_back(&request);
+      continue;
+    }
+    while (!submit(request, request.user, descriptor)) {
       progress(what());  // the queue is full: completions make room
       if (aborted_.load()) fail(ncclInvalidUsage, "the communicator was aborted");
       if (checkPeers_) checkPeers_({peer});
       if (std::chrono::steady_clock::now() - start > std::chrono::seconds(timeoutSeconds_))
         failTimedOut(what(), peer);
     }
-    ++(isSend ? sent_ : received_)[peer];
-    offset += piece;
   } while (offset < bytes);
+  submitStaged();
+}
+
+// Hands one message to the provider; false when its queue is full.
+bool FabricTransport::submit(Request& request, char* wire, void* descriptor) {
+  ssize_t result =
+      request.isSend ? fi_tsend(endpoint_, wire, request.bytes, descriptor, addresses_[request.peer], request.tag,
+                                &request.context)
+                     : fi_trecv(endpoint_, wire, request.bytes, descriptor, FI_ADDR_UNSPEC, request.tag, 0,
+                                &request.context);
+  if (result == -FI_EAGAIN) return false;
+  if (result != 0)
+    fail(ncclSystemError, std::string("posting a ") + (request.isSend ? "send to" : "receive from") + " rank " +
+                              std::to_string(request.peer) + " failed: " + library_.strerror(static_cast<int>(-result)));
+  return true;
+}
+
+// Staged messages go, in the order they were posted, as slots free up.
+void FabricTransport::submitStaged() {
+  if (!staging_) return;
+  for (bool isSend : {false, true}) {
+    std::deque<Request*>& queue = waitingForSlot_[isSend];
+    std::vector<int>& free = staging_->freeSlots[isSend];
+    while (!queue.empty() && !free.empty()) {
+      Request& request = *queue.front();
+      char* wire = staging_->slot(free.back());
+      if (isSend) std::memcpy(wire, request.user, request.bytes);
+      if (!submit(request, wire, staging_->descriptor)) break;  // tried again at the next progress
+      request.slot = free.back();
+      free.pop_back();
+      queue.pop_front();
+      ++staging_->staged;
+    }
+  }
 }
 
 void FabricTransport::waitAll(const std::string& what) {
@@ -370,8 +447,11 @@ void FabricTransport::failTimedOut(const std::string& what, int rank) {
 // After a failure the ranks are out of step and the communicator unusable:
 // nothing posted may still write into the caller's buffers.
 void FabricTransport::cancelPending() {
-  for (auto& request : pending_)
+  for (auto& request : pending_) {
     if (!request.done) fi_cancel(&endpoint_->fid, &request.context);
+    if (!request.done && request.slot >= 0) staging_->freeSlots[request.isSend].push_back(request.slot);
+  }
+  for (auto& queue : waitingForSlot_) queue.clear();
   pending_.clear();
   waitedFor_ = buffered_ = 0;
 }
@@ -384,18 +464,23 @@ void FabricTransport::progress(const std::string& what) {
     fi_cq_readerr(cq_, &error, 0);
     failRequest(error, what);
   }
-  if (count == -FI_EAGAIN) return;
-  if (count < 0)
+  if (count < 0 && count != -FI_EAGAIN)
     fail(ncclSystemError, what + ": fi_cq_read failed: " + library_.strerror(static_cast<int>(-count)));
   for (ssize_t i = 0; i < count; ++i)
     complete(*reinterpret_cast<Request*>(entries[i].op_context), entries[i].len, what);
-  pending_.remove_if([](const Request& request) { return request.done; });
+  if (count > 0) pending_.remove_if([](const Request& request) { return request.done; });
+  // Into the slots just freed, or again where the provider's queue was full.
+  submitStaged();
 }
 
 void FabricTransport::complete(Request& request, size_t length, const std::string& what) {
   request.done = true;
   ++completed_;
   (request.buffered ? buffered_ : waitedFor_) -= 1;
+  if (request.slot >= 0) {
+    if (!request.isSend && length == request.bytes) std::memcpy(request.user, staging_->slot(request.slot), length);
+    staging_->freeSlots[request.isSend].push_back(request.slot);
+  }
   if (!request.isSend && length != request.bytes)
     fail(ncclInternalError, what + ": rank " + std::to_string(request.peer) + " sent " +
                                 std::to_string(length) + " bytes where rank " + std::to_string(rank_) +

@@ -20,6 +20,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <list>
 #include <map>
@@ -47,6 +48,12 @@ struct FabricChoice {
   std::string failure;      // why there is none, and what to set
 };
 FabricChoice chooseFabric(const LibFabric& library);
+// Whether every buffer must be registered: the provider needs it
+// (FI_MR_LOCAL, as verbs), or MOJOCCL_FABRIC_MR_LOCAL=1 asks for it, which
+// runs that path on providers that do not need it (tcp, in the tests).
+bool registersLocalBuffers(const fi_info* info);
+bool forcedLocalRegistration();
+int64_t stagingMegabytes();  // MOJOCCL_REGION_MB
 // "tcp;ofi_rxm on lo (libfabric 1.17, /usr/lib/.../libfabric.so.1)"
 std::string describeFabric(const fi_info* info, const LibFabric& library);
 
@@ -92,8 +99,29 @@ class FabricTransport {
     size_t bytes;
     bool buffered;
     std::shared_ptr<std::vector<char>> copy;  // a buffered send's message
+    uint64_t tag;
+    char* user;  // the message in the caller's memory (or `copy`)
+    int slot;    // of the staging region once it has one, or -1
     bool done = false;
   };
+  // Where a provider needs registered buffers (FI_MR_LOCAL), memory that
+  // is not an ncclMemAlloc region travels through this region, registered
+  // once: sends are copied into a slot, receives land in one and are copied
+  // out at completion. Sends and receives have slots of their own, so that
+  // posted receives can never starve the sends that would complete them.
+  struct StagingRegion {
+    char* base = nullptr;
+    size_t bytes = 0;
+    size_t slotBytes = 0;
+    fid_mr* registration = nullptr;
+    void* descriptor = nullptr;
+    std::vector<int> freeSlots[2];  // [0] receives, [1] sends
+    uint64_t staged = 0;            // messages that went through it
+    char* slot(int index) const { return base + index * slotBytes; }
+  };
+  void openStaging();
+  bool submit(Request& request, char* wire, void* descriptor);
+  void submitStaged();
   // With mutex_ held, as every function below.
   void post(int peer, bool isSend, char* base, size_t bytes,
             const std::shared_ptr<std::vector<char>>& copy);
@@ -142,6 +170,9 @@ class FabricTransport {
   bool stopping_ = false;
   std::string failure_;  // what stopped the progress thread
   std::thread progressThread_;
+
+  std::unique_ptr<StagingRegion> staging_;  // only where buffers must be registered
+  std::deque<Request*> waitingForSlot_[2];   // staged messages not yet posted: [0] receives, [1] sends
 
   // ncclMemAlloc regions registered with the domain, by region id.
   std::map<uint64_t, fid_mr*> registrations_;
