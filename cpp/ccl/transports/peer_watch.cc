@@ -47,6 +47,10 @@ Deadline soon() { return Clock::now() + std::chrono::seconds(2); }
 // How often local ranks' departures are looked for (deaths wake the watch).
 constexpr int kDeparturePollMs = 100;
 
+// A death is told this long after it is seen: what a rank sent just before
+// it exited is still on its way, and its receivers should have it.
+void letTheWireDrain() { std::this_thread::sleep_for(std::chrono::milliseconds(50)); }
+
 }  // namespace
 
 PeerWatch::PeerWatch(Bootstrap& bootstrap, const std::vector<std::vector<int>>& nodes, int node, int rank,
@@ -164,6 +168,7 @@ void PeerWatch::watchLocalRanks() {
     } else if (shm_.peerDied(peer)) {
       localWatched_[peer] = false;
       const std::string text = describeRank(shm_.commRank(peer)) + " exited";
+      letTheWireDrain();
       shm_.raiseAlarm(text);
       tellLeaders(kDied, shm_.commRank(peer), text);
     }
@@ -193,6 +198,7 @@ void PeerWatch::readFrom(Leader& leader) {
   if (!trouble.empty()) {
     leader.gone = true;
     text = describeRank(leader.rank) + " " + trouble;
+    letTheWireDrain();
   }
   shm_.raiseAlarm(text);
 }
