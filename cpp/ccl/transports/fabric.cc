@@ -221,16 +221,27 @@ void FabricTransport::openStaging() {
   if (base == MAP_FAILED) failSystem("mmap of the " + std::to_string(region->bytes >> 20) + " MiB staging region (MOJOCCL_REGION_MB)");
   region->base = static_cast<char*>(base);
   staging_ = std::move(region);  // unmapped by the destructor from here on
-  int result = fi_mr_reg(domain_, staging_->base, staging_->bytes, FI_SEND | FI_RECV, 0, nextKey_++, 0,
-                         &staging_->registration, nullptr);
-  if (result == 0 && (info_->domain_attr->mr_mode & FI_MR_ENDPOINT))
-    result = fi_mr_bind(staging_->registration, &endpoint_->fid, 0) || fi_mr_enable(staging_->registration);
+  int result = registerMemory(staging_->base, staging_->bytes, &staging_->registration);
   if (result != 0)
     fail(ncclSystemError, "registering the " + std::to_string(staging_->bytes >> 20) +
                               " MiB staging region (MOJOCCL_REGION_MB) with libfabric provider " +
                               info_->fabric_attr->prov_name + " failed: " + library_.strerror(-result));
   staging_->descriptor = fi_mr_desc(staging_->registration);
   for (int slot = 15; slot >= 0; --slot) staging_->freeSlots[slot >= 8].push_back(slot);
+}
+
+// fi_mr_reg, bound to the endpoint where the provider asks for it; on
+// failure `*mr` stays null and the libfabric error is returned.
+int FabricTransport::registerMemory(const void* base, size_t bytes, fid_mr** mr) {
+  fid_mr* registration = nullptr;
+  int result = fi_mr_reg(domain_, base, bytes, FI_SEND | FI_RECV, 0, nextKey_++, 0, &registration, nullptr);
+  if (result == 0 && (info_->domain_attr->mr_mode & FI_MR_ENDPOINT)) {
+    result = fi_mr_bind(registration, &endpoint_->fid, 0);
+    if (result == 0) result = fi_mr_enable(registration);
+    if (result != 0) fi_close(&registration->fid);
+  }
+  *mr = result == 0 ? registration : nullptr;
+  return result;
 }
 
 void* FabricTransport::descriptorFor(const void* data, size_t bytes) {
@@ -240,14 +251,8 @@ void* FabricTransport::descriptorFor(const void* data, size_t bytes) {
   if (found == registrations_.end()) {
     const char* base = static_cast<const char*>(data) - region.offset;
     fid_mr* mr = nullptr;
-    int result = fi_mr_reg(domain_, base, region.regionBytes, FI_SEND | FI_RECV, 0, nextKey_++, 0, &mr, nullptr);
-    if (result == 0 && (info_->domain_attr->mr_mode & FI_MR_ENDPOINT) &&
-        (fi_mr_bind(mr, &endpoint_->fid, 0) != 0 || fi_mr_enable(mr) != 0)) {
-      fi_close(&mr->fid);
-      result = -FI_EINVAL;
-    }
+    int result = registerMemory(base, region.regionBytes, &mr);
     // A provider that cannot register it moves it unregistered, as any memory.
-    if (result != 0) mr = nullptr;
     if (traceRegistrations_)
       fprintf(stderr, "[mojoccl] rank %d: %s a %zu-byte ncclMemAlloc region with %s%s\n", rank_,
               mr ? "registered" : "could not register", static_cast<size_t>(region.regionBytes),
@@ -488,6 +493,8 @@ void FabricTransport::complete(Request& request, size_t length, const std::strin
 }
 
 void FabricTransport::failRequest(const fi_cq_err_entry& error, const std::string& what) {
+  // A rank known to have died explains a broken connection better.
+  if (checkPeers_) checkPeers_({});
   auto* request = reinterpret_cast<Request*>(error.op_context);
   std::string peer = request ? "rank " + std::to_string(request->peer) + " (" +
                                    ranks_[request->peer].hostname + ")"

@@ -140,6 +140,7 @@ class FabricTransport {
   // made at its first use and kept until the region is freed; null for other
   // memory, or where the provider registers nothing.
   void* descriptorFor(const void* data, size_t bytes);
+  int registerMemory(const void* base, size_t bytes, fid_mr** mr);
   void forgetRegion(uint64_t id);
 
   const LibFabric& library_;

@@ -169,8 +169,10 @@ void PeerWatch::watchLocalRanks() {
       localWatched_[peer] = false;
       const std::string text = describeRank(shm_.commRank(peer)) + " exited";
       letTheWireDrain();
-      shm_.raiseAlarm(text);
+      // Other nodes first: this node's ranks fail at the alarm and may close
+      // their endpoints, which the others would otherwise see before the news.
       tellLeaders(kDied, shm_.commRank(peer), text);
+      shm_.raiseAlarm(text);
     }
   }
 }
