@@ -2,6 +2,8 @@
 #   make demo   set up, build, and train the DDP example on 2 ranks over `mojo`
 #   make test   set up, build, and run the test suite
 #   make spack-check   also install torch-mojo with Spack (slow; not in `make test`)
+#   make package-check the Spack install, both site environments concretized,
+#                      the conda recipe's build script (slow; what CI runs after `make test`)
 #   make pytorch-suite PyTorch's own distributed tests on mojo (slow; a subset is in `make test`)
 # A second run reuses the environment and the build.
 
@@ -10,7 +12,7 @@ BIN := $(VENV)/bin
 NPROC ?= 2
 SOURCES := $(shell find cpp kernels modulefiles cmake -type f) CMakeLists.txt pyproject.toml
 
-.PHONY: demo test spack-check pytorch-suite build setup clean
+.PHONY: demo test spack-check package-check pytorch-suite build setup clean
 
 demo: build
 	$(BIN)/torchrun --standalone --nproc-per-node=$(NPROC) examples/train_ddp.py
@@ -22,6 +24,10 @@ test: build
 # installed module training 2 ranks (about ten minutes).
 spack-check: build
 	$(BIN)/python -m pytest tests -m spack_install
+
+# spack-check, and what else builds or solves packages (about 25 minutes).
+package-check: build
+	$(BIN)/python -m pytest tests -m "spack_install or packaging"
 
 # PyTorch's DistributedTest at 2 and 3 ranks on mojo (about 24 and 38 minutes).
 pytorch-suite: build

@@ -92,6 +92,8 @@ def in_host(prefix, command, **kwargs):
     return subprocess.run(command, env=environment, capture_output=True, text=True, **kwargs)
 
 
+# Builds the package a second time, about four minutes: `make package-check`.
+@pytest.mark.packaging
 def test_build_script_and_recipe_tests_run_in_the_host_environment(host_environment, tmp_path):
     prefix = host_environment
     python = f"{prefix}/bin/python"

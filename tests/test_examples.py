@@ -31,7 +31,8 @@ def train_ddp(tmp_path, nproc, backend, steps=40):
     return stdout, stderr, states
 
 
-@pytest.mark.parametrize("nproc", [2, 4])
+# At 4 ranks (2 ranks train in test_ddp_example_default_run_prints_the_loss).
+@pytest.mark.parametrize("nproc", [4])
 def test_ddp_example_matches_gloo(tmp_path, nproc):
     stdout, stderr, mojo = train_ddp(tmp_path, nproc, "mojo")
     assert f"backend mojo, world size {nproc}" in stdout
@@ -52,7 +53,7 @@ def test_ddp_example_default_run_prints_the_loss(tmp_path):
     assert (tmp_path / "checkpoint.pt").exists()
 
 
-@pytest.mark.parametrize("nproc", [2, 4])
+@pytest.mark.parametrize("nproc", [4])
 def test_ddp_features_match_gloo(nproc):
     stdout = example("ddp_features.py", nproc)
     variants = [line.split("largest")[0].strip() for line in stdout.splitlines() if "from gloo" in line]

@@ -207,7 +207,10 @@ def test_site_environment(path):
 # ---------------------------------------------------------------- with Spack
 # The first command of a new site indexes builtin (two to three minutes);
 # each environment's solve takes about two minutes of one core.
-with_spack = pytest.mark.timeout(1200)
+def with_spack(test):
+    """About four minutes of solving on 2 cores in all: `make package-check`,
+    not `make test`."""
+    return pytest.mark.packaging(pytest.mark.timeout(1200)(test))
 
 
 @pytest.fixture(scope="module")

@@ -58,6 +58,8 @@ CclLibrary::CclLibrary(const std::string& path, const std::string& kind) : kind_
   api_.memAlloc = reinterpret_cast<decltype(api_.memAlloc)>(dlsym(handle_, "ncclMemAlloc"));
   api_.memFree = reinterpret_cast<decltype(api_.memFree)>(dlsym(handle_, "ncclMemFree"));
   api_.recvAny = reinterpret_cast<decltype(api_.recvAny)>(dlsym(handle_, "mojocclRecvAny"));
+  api_.failedRanks =
+      reinterpret_cast<decltype(api_.failedRanks)>(dlsym(handle_, "mojocclCommFailedRanks"));
   check(api_.getVersion(&version_), "ncclGetVersion", nullptr);
 }
 

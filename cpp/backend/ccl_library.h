@@ -48,8 +48,9 @@ struct CclApi {
   // Optional (NCCL 2.19+): null when the library lacks them.
   ncclResult_t (*memAlloc)(void**, size_t);
   ncclResult_t (*memFree)(void*);
-  // libmojoccl's own: a receive from any rank.
+  // libmojoccl's own: a receive from any rank; the ranks that failed.
   ncclResult_t (*recvAny)(void*, size_t, ncclDataType_t, int*, ncclComm_t, ncclStream_t);
+  ncclResult_t (*failedRanks)(ncclComm_t, int*, int*);
 };
 
 class CclLibrary {

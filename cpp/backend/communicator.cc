@@ -20,6 +20,7 @@ ncclUniqueId Communicator::newUniqueId() const {
 
 void Communicator::init(const ncclUniqueId& id, int size, int rank) {
   library_->check(api().commInitRank(&comm_, size, id, rank), "ncclCommInitRank", comm_);
+  size_ = size;
 }
 
 template <typename Call>
@@ -88,6 +89,17 @@ std::string Communicator::asyncError() {
     return "";
   const char* details = api().getLastError(comm_);
   return details != nullptr && details[0] != '\0' ? details : api().getErrorString(state);
+}
+
+std::vector<int> Communicator::failedRanks() {
+  std::unique_lock<std::mutex> lock(mutex_, std::defer_lock);
+  if (abortFreesComm_) lock.lock();
+  if (comm_ == nullptr || api().failedRanks == nullptr) return {};
+  std::vector<int> ranks(size_);
+  int count = 0;
+  library_->check(api().failedRanks(comm_, ranks.data(), &count), "mojocclCommFailedRanks", comm_);
+  ranks.resize(count);
+  return ranks;
 }
 
 void Communicator::abort() {

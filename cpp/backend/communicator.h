@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "backend/ccl_library.h"
 
@@ -43,6 +44,9 @@ class Communicator {
   // progress together need.
   void group(const std::function<void()>& calls);
 
+  // The ranks the library knows to have ended without leaving the
+  // communicator; always empty with NCCL and RCCL, which do not say.
+  std::vector<int> failedRanks();
   // An error the library met on its own since the last call (a broken
   // connection, a device fault), or "" while all is well.
   std::string asyncError();
@@ -64,6 +68,7 @@ class Communicator {
   std::shared_ptr<CclLibrary> library_;
   ncclStream_t stream_;
   ncclComm_t comm_ = nullptr;
+  int size_ = 0;
   std::mutex mutex_;
   const bool abortFreesComm_;
   std::atomic<bool> aborted_{false};

@@ -13,6 +13,7 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/logger.hpp>
 
 #include "backend/tensors.h"
@@ -37,6 +38,23 @@ void traceLibrary(const CclLibrary& library) {
   std::fprintf(stderr, "[TRACE] collectives via %s (%s version %d)\n", library.path().c_str(),
                library.kind().c_str(), library.version());
   std::fflush(stderr);
+}
+
+// The first rank of a group publishes its communicator's id in the store;
+// the others wait for it as long as libmojoccl waits for its peers, not the
+// store's timeout (half an hour by default).
+void awaitUniqueId(c10d::Store& store, const std::string& key) {
+  const char* text = std::getenv("MOJOCCL_BOOTSTRAP_TIMEOUT_S");
+  const int seconds = text != nullptr && std::atoi(text) > 0 ? std::atoi(text) : 120;
+  try {
+    store.wait({key}, std::chrono::seconds(seconds));
+  } catch (const c10::DistStoreError& error) {
+    C10_THROW_ERROR(DistBackendError,
+                    c10::str("the group's first rank did not publish its communicator in the store "
+                             "within ", seconds, " s (MOJOCCL_BOOTSTRAP_TIMEOUT_S): it never "
+                             "created the group, or the ranks disagree on who is in it (as after "
+                             "shrink_group with different ranks_to_exclude) [", error.what_without_backtrace(), "]"));
+  }
 }
 
 }  // namespace
@@ -101,6 +119,12 @@ std::exception_ptr ProcessGroupMojo::classify(std::exception_ptr error) {
     if (failure.code != ncclInvalidUsage && failure.code != ncclInvalidArgument) {
       std::lock_guard<std::mutex> lock(mutex_);
       fatalError_ = failure.what();
+      // The first error is the one getError() tells (an abort after a
+      // timeout makes the calls fail as well).
+      auto none = c10d::ErrorType::SUCCESS;
+      error_.compare_exchange_strong(none, failure.code == ncclRemoteError
+                                               ? c10d::ErrorType::REMOTE_ERROR
+                                               : c10d::ErrorType::COMM_ERROR);
     }
     return distBackendError(failure.what());
   } catch (...) {
@@ -160,6 +184,7 @@ void ProcessGroupMojo::createCommunicator(Communicator& comm, c10d::Store& store
       id = comm.newUniqueId();
       store.set(key, std::vector<uint8_t>(id.internal, id.internal + sizeof(id.internal)));
     } else {
+      awaitUniqueId(store, key);
       std::vector<uint8_t> bytes = store.get(key);
       TORCH_CHECK(bytes.size() == sizeof(id.internal), "the unique id in the store has ",
                   bytes.size(), " bytes, expected ", sizeof(id.internal),
@@ -299,6 +324,39 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupMojo::split(
       members, accelerator_);
   lastSplit_.emplace(LastSplit{store.get(), ranks, c10::weak_intrusive_ptr<c10d::Backend>(made)});
   return made;
+}
+
+c10::intrusive_ptr<c10d::Backend> ProcessGroupMojo::shrink(
+    const std::vector<int64_t>& ranksToExclude, int shrinkFlags,
+    const c10::intrusive_ptr<Options>& opts) {
+  constexpr int kShrinkAbort = 0x01;  // torch.distributed.SHRINK_ABORT
+  std::set<int64_t> excluded(ranksToExclude.begin(), ranksToExclude.end());
+  std::string without;
+  for (int64_t rank : excluded) {
+    TORCH_CHECK_VALUE(rank >= 0 && rank < size_, "shrink: rank ", rank,
+                      " is not a rank of this group of ", size_);
+    without += (without.empty() ? "" : ",") + std::to_string(rank);
+  }
+  TORCH_CHECK_VALUE(!excluded.count(rank_), "shrink: rank ", rank_,
+                    " excludes itself; only the ranks that stay call shrink_group");
+  if (shrinkFlags & kShrinkAbort)
+    abortCommunicator("the group was shrunk with SHRINK_ABORT (without ranks " + without +
+                      "): use the group shrink_group returned");
+  std::vector<uint64_t> members;
+  int newRank = -1;
+  for (int rank = 0; rank < size_; ++rank) {
+    if (excluded.count(rank)) continue;
+    if (rank == rank_) newRank = static_cast<int>(members.size());
+    members.push_back(globalRanks_[rank]);
+  }
+  // The ranks that stay meet under a key of their own: the how-manieth
+  // shrink of this group, and whom it leaves out (ranks that disagree on
+  // that wait apart, and fail at the bootstrap timeout, instead of meeting).
+  auto store = c10::make_intrusive<c10d::PrefixStore>(
+      "mojo_shrink/" + std::to_string(++shrinks_) + "/without/" + without + "/", store_);
+  const auto timeout = opts ? opts->timeout : timeout_.load();
+  return c10::make_intrusive<ProcessGroupMojo>(store, newRank, static_cast<int>(members.size()),
+                                               timeout, members, accelerator_);
 }
 
 }  // namespace torch_mojo

@@ -191,6 +191,23 @@ class ProcessGroupMojo : public c10d::Backend {
                                           const std::vector<int>& ranks,
                                           const c10::intrusive_ptr<Options>& opts) override;
 
+  // torch.distributed.shrink_group: a new group of the ranks not excluded,
+  // made through this group's store, so that it works when the excluded
+  // ranks are dead. SHRINK_ABORT first aborts this group: its calls in
+  // progress fail instead of waiting for the dead.
+  bool supportsShrinking() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranksToExclude,
+                                           int shrinkFlags,
+                                           const c10::intrusive_ptr<Options>& opts) override;
+  // The group ranks known to have ended without leaving the group
+  // (torch_mojo.distributed.failed_ranks); the library of its CPU tensors
+  // knows them, and only libmojoccl tells.
+  std::vector<int> failedRanks() { return host_->failedRanks(); }
+
+  // What has gone wrong with this group, as ProcessGroupNCCL tells it: a
+  // collective past its timeout, a peer's failure, another library error.
+  c10d::ErrorType getError() override { return error_.load(); }
+
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return sequence_.load(); }
 
@@ -237,6 +254,11 @@ class ProcessGroupMojo : public c10d::Backend {
   // Ends the calls in progress (libmojoccl returns within ~50 ms); they
   // fail with `reason`, and so does every later call on the group.
   void abortCommunicator(const std::string& reason = "the communicator was aborted by the watchdog");
+  // A collective outlived the timeout (what getError() then says).
+  void noteTimeout() {
+    auto none = c10d::ErrorType::SUCCESS;
+    error_.compare_exchange_strong(none, c10d::ErrorType::TIMEOUT);
+  }
   // The flight recorder's table of this group's ranks; its name and
   // description are known only once c10d has named the group.
   void recordGroupRanks();
@@ -330,6 +352,7 @@ class ProcessGroupMojo : public c10d::Backend {
     c10::weak_intrusive_ptr<c10d::Backend> group;
   };
   std::optional<LastSplit> lastSplit_;  // split() is asked once per device type
+  uint64_t shrinks_ = 0;                 // each shrink's keys in the store are its own
   c10::intrusive_ptr<c10d::Store> store_;
   std::vector<uint64_t> globalRanks_;
   size_t groupId_;
@@ -338,6 +361,7 @@ class ProcessGroupMojo : public c10d::Backend {
   std::once_flag ranksRecorded_;
   std::atomic<std::chrono::milliseconds> timeout_;
   std::atomic<uint64_t> sequence_{0};
+  std::atomic<c10d::ErrorType> error_{c10d::ErrorType::SUCCESS};
   uint64_t monitoredBarriers_ = 0;  // each one's keys in the store are its own
 
   // The batch between startCoalescing and endCoalescing (caller's thread).

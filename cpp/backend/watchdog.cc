@@ -122,6 +122,39 @@ std::string reportedWhat(const ProcessGroupMojo::Health& health, uint64_t sequen
   return health.failed.what;
 }
 
+std::string timeoutHeadline(const ProcessGroupMojo::Health& health, double age, double timeout) {
+  return "Watchdog caught collective operation timeout: collective #" +
+         std::to_string(health.current.sequence) + " (" + health.current.what + ") on " +
+         health.current.device + " has not completed " + seconds(age) +
+         " after it was issued (timeout " + seconds(timeout) +
+         ", the timeout= of init_process_group).";
+}
+
+// The headline, then the last collectives issued, `sequence` marked with
+// `outcome`; returns the group's health as it was printed.
+ProcessGroupMojo::Health reportCollectives(ProcessGroupMojo& group, const std::string& headline,
+                                           uint64_t sequence, const std::string& outcome) {
+  const int me = group.globalRank();
+  auto health = group.health();
+  say(me, headline);
+  // The group's device; collectives of its other device say where they ran.
+  std::string device = "cpu";
+  for (const auto& trace : health.recent)
+    if (trace.sequence == sequence) device = trace.device;
+  say(me, "  last collectives issued on " + device + ", oldest first:");
+  for (const auto& trace : health.recent) {
+    std::string state = trace.state == ProcessGroupMojo::Trace::State::Completed ? "completed"
+                        : trace.state == ProcessGroupMojo::Trace::State::Failed  ? "failed"
+                        : trace.state == ProcessGroupMojo::Trace::State::Queued  ? "queued"
+                                                                                 : "pending for " + seconds(secondsSince(trace.issued));
+    say(me, "    #" + std::to_string(trace.sequence) + " " + trace.what +
+                (trace.device != device ? " on " + trace.device : "") + "  " + state +
+                (trace.sequence == sequence ? "  <-- " + outcome : ""));
+  }
+  std::fflush(stderr);
+  return health;
+}
+
 // This rank's answer to a request: where it is, then its dump.
 void answer(ProcessGroupMojo& group, uint64_t epoch) {
   const auto& settings = WatchdogSettings::get();
@@ -141,7 +174,10 @@ const WatchdogSettings& WatchdogSettings::get() {
   static const WatchdogSettings settings = [] {
     WatchdogSettings s{};
     std::string mode = environment("TORCH_MOJO_BACKEND_PG_WATCHDOG");
-    s.mode = mode == "off" ? Mode::Off : mode == "report" ? Mode::Report : Mode::Abort;
+    s.mode = mode == "off"      ? Mode::Off
+             : mode == "report" ? Mode::Report
+             : mode == "raise"  ? Mode::Raise
+                                : Mode::Abort;
     s.dumpOnTimeout = environment("TORCH_NCCL_DUMP_ON_TIMEOUT") != "0";
     s.pipeStem = environment("TORCH_NCCL_DEBUG_INFO_PIPE_FILE");
     s.waitForDumps = millisecondsFrom("TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC", milliseconds(15000));
@@ -198,34 +234,54 @@ void Watchdog::loop() {
 void Watchdog::inspect(ProcessGroupMojo& group) {
   answerRequests(group);
   auto health = group.health();
+  const bool raises = WatchdogSettings::get().mode == WatchdogSettings::Mode::Raise;
   if (!health.failure.empty()) {
-    endTheRun(group, "collective #" + std::to_string(health.failed.sequence) + " (" +
-                         health.failed.what + ") failed: " + health.failure,
-              health.failed.sequence, "failed");
+    const std::string headline = "collective #" + std::to_string(health.failed.sequence) + " (" +
+                                 health.failed.what + ") failed: " + health.failure;
+    if (raises)
+      raiseInCaller(group, headline, health.failed.sequence, "failed");
+    else
+      endTheRun(group, headline, health.failed.sequence, "failed");
     return;
   }
   if (!health.running || group.reported(health.current.sequence)) return;
   double age = secondsSince(health.current.issued);
   double timeout = std::chrono::duration<double>(health.timeout).count();
   if (age < timeout) return;
-  if (health.current.raisesOnTimeout) {
-    // A barrier fails in its caller, as gloo's does, and the caller decides;
-    // the group cannot be trusted after it, so its communicator goes.
+  if (health.current.raisesOnTimeout || raises) {
+    // A barrier fails in its caller, as gloo's does, and so does every
+    // collective in mode raise: the caller decides. The group cannot be
+    // trusted after it, so its communicator goes.
+    if (raises)
+      raiseInCaller(group, timeoutHeadline(health, age, timeout), health.current.sequence,
+                    "timed out");
     group.markReported(health.current.sequence);
+    group.noteTimeout();
     group.abortCommunicator(health.current.what + " (collective #" +
                             std::to_string(health.current.sequence) + ") Timed out after " +
                             seconds(age) + " (the timeout= of its group is " + seconds(timeout) +
                             "): a rank of the group did not reach it. The group is aborted: "
-                            "destroy it and make a new one to go on");
+                            "destroy it (or shrink it) and make a new one to go on");
     return;
   }
-  endTheRun(group,
-            "Watchdog caught collective operation timeout: collective #" +
-                std::to_string(health.current.sequence) + " (" + health.current.what +
-                ") on " + health.current.device + " has not completed " + seconds(age) +
-                " after it was issued (timeout " +
-                seconds(timeout) + ", the timeout= of init_process_group).",
-            health.current.sequence, "timed out");
+  group.noteTimeout();
+  endTheRun(group, timeoutHeadline(health, age, timeout), health.current.sequence, "timed out");
+}
+
+void Watchdog::raiseInCaller(ProcessGroupMojo& group, const std::string& headline,
+                             uint64_t sequence, const std::string& outcome) {
+  const auto& settings = WatchdogSettings::get();
+  const int me = group.globalRank();
+  group.markReported(sequence);
+  reportCollectives(group, headline, sequence, outcome);
+  say(me, "The error is raised in the caller (TORCH_MOJO_BACKEND_PG_WATCHDOG=raise); "
+          "torch_mojo.distributed.failed_ranks() names the ranks known to have failed.");
+  std::fflush(stderr);
+  group.releaseFailedJob(sequence);
+  if (settings.dumpOnTimeout && flight_recorder::enabled()) {
+    group.recordGroupRanks();
+    dumpInBackground(me);
+  }
 }
 
 void Watchdog::answerRequests(ProcessGroupMojo& group) {
@@ -244,23 +300,7 @@ void Watchdog::endTheRun(ProcessGroupMojo& group, const std::string& headline, u
   const auto& settings = WatchdogSettings::get();
   const int me = group.globalRank();
   group.markReported(sequence);
-  auto health = group.health();
-  say(me, headline);
-  // The group's device; collectives of its other device say where they ran.
-  std::string device = "cpu";
-  for (const auto& trace : health.recent)
-    if (trace.sequence == sequence) device = trace.device;
-  say(me, "  last collectives issued on " + device + ", oldest first:");
-  for (const auto& trace : health.recent) {
-    std::string state = trace.state == ProcessGroupMojo::Trace::State::Completed ? "completed"
-                        : trace.state == ProcessGroupMojo::Trace::State::Failed  ? "failed"
-                        : trace.state == ProcessGroupMojo::Trace::State::Queued  ? "queued"
-                                                                                 : "pending for " + seconds(secondsSince(trace.issued));
-    say(me, "    #" + std::to_string(trace.sequence) + " " + trace.what +
-                (trace.device != device ? " on " + trace.device : "") + "  " + state +
-                (trace.sequence == sequence ? "  <-- " + outcome : ""));
-  }
-  std::fflush(stderr);
+  auto health = reportCollectives(group, headline, sequence, outcome);
 
   // Ask the others where they are, and for their dumps.
   const auto started = Clock::now();
@@ -343,6 +383,28 @@ void Watchdog::endTheRun(ProcessGroupMojo& group, const std::string& headline, u
   _exit(1);
 }
 
+void Watchdog::dumpInBackground(int globalRank) {
+  std::lock_guard<std::mutex> lock(dumpMutex_);
+  dumpsDue_.push_back(globalRank);
+  if (!dumper_.joinable()) dumper_ = std::thread(&Watchdog::writeDumpsDue, this);
+  dumpDue_.notify_all();
+}
+
+void Watchdog::writeDumpsDue() {
+  std::unique_lock<std::mutex> lock(dumpMutex_);
+  while (true) {
+    dumpDue_.wait(lock, [this] { return !dumpsDue_.empty(); });
+    const int rank = dumpsDue_.front();
+    lock.unlock();
+    say(rank, "Flight recorder dumped to " +
+                  flight_recorder::writeDump(rank, WatchdogSettings::get().onlyActive));
+    std::fflush(stderr);
+    lock.lock();
+    dumpsDue_.pop_front();  // only now: beforeExit waits for the dump being written
+    dumpDue_.notify_all();
+  }
+}
+
 void Watchdog::serveDumpPipe() {
   if (pipe_ < 0) return;
   pollfd entry{pipe_, POLLIN, 0};
@@ -378,6 +440,12 @@ void Watchdog::handleInterrupt() {
 }
 
 void Watchdog::beforeExit() {
+  {
+    // A dump still being written reads the interpreter's stacks: it ends
+    // before the interpreter does.
+    std::unique_lock<std::mutex> lock(dumpMutex_);
+    dumpDue_.wait_for(lock, WatchdogSettings::get().waitForDumps, [this] { return dumpsDue_.empty(); });
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   const auto deadline = Clock::now() + kGraceAtExit;
   for (ProcessGroupMojo* group : groups_) {

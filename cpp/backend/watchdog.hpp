@@ -11,6 +11,11 @@
 //   4. with TORCH_MOJO_BACKEND_PG_WATCHDOG=abort (the default), aborts the
 //      communicators and exits with status 1; with `report` it leaves the
 //      process waiting; `off` turns all of this off.
+// With `raise` it prints the report and dumps this rank's flight recorder
+// only (a dead rank would not answer, and the others see the failure
+// themselves), then the collective fails in its caller and the process
+// goes on: a fatal library error is raised as it is, a collective past its
+// timeout aborts its group first (else the call would never return).
 // Other ranks answer such requests as they see them (every
 // TORCH_NCCL_COORD_CHECK_MILSEC) and keep running.
 //
@@ -22,6 +27,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <set>
 #include <string>
@@ -32,7 +38,7 @@ namespace torch_mojo {
 class ProcessGroupMojo;
 
 struct WatchdogSettings {
-  enum class Mode { Abort, Report, Off };
+  enum class Mode { Abort, Raise, Report, Off };
   Mode mode;
   bool dumpOnTimeout;                            // TORCH_NCCL_DUMP_ON_TIMEOUT
   std::string pipeStem;                          // TORCH_NCCL_DEBUG_INFO_PIPE_FILE
@@ -66,6 +72,15 @@ class Watchdog {
   // `outcome` marks the collective in the list: "timed out", "failed".
   void endTheRun(ProcessGroupMojo& group, const std::string& headline, uint64_t sequence,
                  const std::string& outcome);
+  // Mode raise: the report and this rank's dump; the caller gets the error.
+  void raiseInCaller(ProcessGroupMojo& group, const std::string& headline, uint64_t sequence,
+                     const std::string& outcome);
+  // Mode raise's dumps, on a thread of their own: a process's first dump
+  // symbolizes its stacks for seconds, which neither the caller's recovery
+  // (shrink_group removes the group from the watchdog) nor the next
+  // failure's report should wait for.
+  void dumpInBackground(int globalRank);
+  void writeDumpsDue();
   void serveDumpPipe();
   void handleInterrupt();
 
@@ -73,6 +88,10 @@ class Watchdog {
   std::condition_variable wakeUp_;
   std::set<ProcessGroupMojo*> groups_;
   std::thread thread_;
+  std::mutex dumpMutex_;  // guards dumpsDue_ and dumper_
+  std::condition_variable dumpDue_;
+  std::deque<int> dumpsDue_;  // global ranks
+  std::thread dumper_;        // started at the first dump; runs until the process ends
   int pipe_ = -1;
   bool interruptHandled_ = false;
 };

@@ -1,5 +1,6 @@
 // The C API: NCCL's entry points, each a thin shell around Comm that turns
 // exceptions into ncclResult_t codes and ncclGetLastError() text.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -326,6 +327,16 @@ MOJOCCL_API ncclResult_t mojocclRecvAny(void* recvbuff, size_t count, ncclDataTy
                                       "ncclGroupStart/End");
     ActiveCall active(comm->impl);
     *peer = comm->impl.receiveFromAny(recvbuff, count, datatype);
+  });
+}
+
+MOJOCCL_API ncclResult_t mojocclCommFailedRanks(ncclComm_t comm, int* ranks, int* count) {
+  return guarded([&] {
+    if (comm == nullptr || ranks == nullptr || count == nullptr)
+      mojoccl::fail(ncclInvalidArgument, "mojocclCommFailedRanks: comm, ranks or count is NULL");
+    std::vector<int> failed = comm->impl.failedRanks();
+    std::copy(failed.begin(), failed.end(), ranks);
+    *count = static_cast<int>(failed.size());
   });
 }
 

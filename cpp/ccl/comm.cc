@@ -126,6 +126,29 @@ void Comm::openFabric(Bootstrap& bootstrap) {
 
 Comm::~Comm() = default;
 
+void Comm::releaseTransports() {
+  std::vector<int> failed = failedRanks();
+  std::lock_guard<std::mutex> lock(transportsMutex_);
+  failedAtRelease_ = std::move(failed);
+  watch_.reset();
+  shm_.reset();
+  fabric_.reset();
+  devicePeers_.reset();
+}
+
+std::vector<int> Comm::failedRanks() {
+  std::lock_guard<std::mutex> lock(transportsMutex_);
+  if (!shm_) return failedAtRelease_;
+  std::vector<int> failed;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    const bool died = nodeOfRank_[peer] == node_ ? shm_->peerDied(shm_->indexOf(peer))
+                                                 : shm_->remoteDied(peer);
+    if (died) failed.push_back(peer);
+  }
+  return failed;
+}
+
 void Comm::validate(const Call& call) const {
   if (datatypeSize(call.datatype) == 0)
     fail(ncclInvalidArgument, "unknown datatype " + std::to_string(call.datatype));

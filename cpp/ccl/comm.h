@@ -11,6 +11,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include <vector>
@@ -71,12 +72,11 @@ class Comm {
   void abort() { aborted_.store(true); }
   // After abort(), once no call is active: unmaps shared memory and frees
   // the device buffer (an aborted communicator is never destroyed).
-  void releaseTransports() {
-    watch_.reset();
-    shm_.reset();
-    fabric_.reset();
-    devicePeers_.reset();
-  }
+  void releaseTransports();
+  // The ranks known to have ended without leaving the communicator (killed,
+  // crashed, their node lost), ascending: what mojocclCommFailedRanks
+  // reports. After an abort, those known when it released the transports.
+  std::vector<int> failedRanks();
   ncclResult_t asyncError() const { return asyncError_.load(); }
 
   // Calls in progress; ncclCommAbort waits for them before freeing the comm.
@@ -146,6 +146,8 @@ class Comm {
   std::unique_ptr<ShmTransport> shm_;
   std::unique_ptr<FabricTransport> fabric_;  // only when the communicator spans nodes
   std::unique_ptr<PeerWatch> watch_;         // likewise; stopped before the transports go
+  std::mutex transportsMutex_;               // failedRanks() may race with releaseTransports()
+  std::vector<int> failedAtRelease_;
   bool devicePeersRequested_;                // MOJOCCL_DEVICE_PEERS=1
   bool devicePeersDecided_ = false;
   std::unique_ptr<DeviceIpcBuffers> devicePeers_;  // when every rank can read its peers' GPUs

@@ -33,7 +33,10 @@ PYBIND11_MODULE(_C, module) {
            py::arg("library_path") = "", py::arg("library_kind") = "",
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("library_path", &ProcessGroupMojo::libraryPath)
-      .def_property_readonly("library_version", &ProcessGroupMojo::libraryVersion);
+      .def_property_readonly("library_version", &ProcessGroupMojo::libraryVersion)
+      .def("failed_ranks", &ProcessGroupMojo::failedRanks)
+      // ProcessGroupNCCL's query, which torch binds for its own class only.
+      .def("get_error", &ProcessGroupMojo::getError);
 
   module.def(
       "_shared_tensor",

@@ -3,6 +3,7 @@ that :func:`use_local_rank_gpu` can run before anything touches a GPU."""
 
 import os
 import sys
+import time
 import warnings
 
 from torch_mojo import launcher
@@ -92,4 +93,45 @@ def use_local_rank_gpu():
     return os.environ[variable]
 
 
-__all__ = ["use_local_rank_gpu"]
+def failed_ranks(group=None, wait=1.0):
+    """The ranks of ``group`` (the default group when None) known to have
+    failed: ended without destroying or aborting the group (killed, crashed,
+    their node lost), in ascending order, as ranks of ``group``. What to pass
+    to ``torch.distributed.shrink_group`` after a collective raised
+    (``TORCH_MOJO_BACKEND_PG_WATCHDOG=raise``)::
+
+        except dist.DistBackendError:
+            group = dist.shrink_group(failed_ranks(), shrink_flags=dist.SHRINK_ABORT)
+
+    A failure is usually known before the error it causes; where the error
+    came first (a connection that broke before the news of its end arrived),
+    this waits up to ``wait`` seconds for the first failed rank. An empty
+    list means none is known: a rank that is alive but stalled (the
+    collective timed out) is not a failed rank.
+
+    A rank that failed is named once its own node (shared memory) or the
+    first rank of its node (between nodes) has seen it end; after the group
+    was aborted, the ranks known when it was. Groups whose CPU tensors go
+    through NCCL or RCCL cannot tell: TypeError.
+    """
+    import torch
+    import torch.distributed as dist
+
+    from torch_mojo._C import ProcessGroupMojo
+
+    group = group if group is not None else dist.distributed_c10d._get_default_group()
+    backend = group._get_backend(torch.device("cpu"))
+    if not isinstance(backend, ProcessGroupMojo):
+        raise TypeError(
+            f"failed_ranks() reads a mojo process group; this group's backend for CPU tensors "
+            f"is {backend.name()}"
+        )
+    deadline = time.monotonic() + wait
+    while True:
+        ranks = backend.failed_ranks()
+        if ranks or time.monotonic() >= deadline:
+            return ranks
+        time.sleep(0.01)
+
+
+__all__ = ["failed_ranks", "use_local_rank_gpu"]

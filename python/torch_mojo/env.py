@@ -92,9 +92,10 @@ VARIABLES: tuple[Variable, ...] = (
         "TORCH_MOJO_BACKEND_PG_WATCHDOG",
         "abort",
         "what a collective that outlives the `init_process_group` timeout (or a fatal library "
-        "error) does: `abort` reports, dumps and exits with status 1, `report` only reports and "
-        "dumps, `off` disables the watchdog and the flight recorder",
-        choices=("abort", "report", "off"),
+        "error) does: `abort` reports, dumps and exits with status 1, `raise` reports, dumps "
+        "this rank and raises in the caller (the process goes on: shrink the group or exit), "
+        "`report` only reports and dumps, `off` disables the watchdog and the flight recorder",
+        choices=("abort", "raise", "report", "off"),
     ),
     # The watchdog and flight recorder: PyTorch's names, with their meaning.
     Variable(

@@ -191,6 +191,7 @@ void PeerWatch::readFrom(Leader& leader) {
     } else if (frame.kind == kDied && frame.textBytes <= kMaxText) {
       text.resize(frame.textBytes);
       if (!leader.socket.recvAll(&text[0], text.size(), soon())) trouble = "exited";
+      else shm_.recordRemoteDeath(frame.rank);
     } else {
       trouble = "sent a message the peer watch does not know";
     }
@@ -199,6 +200,7 @@ void PeerWatch::readFrom(Leader& leader) {
   }
   if (!trouble.empty()) {
     leader.gone = true;
+    shm_.recordRemoteDeath(leader.rank);
     text = describeRank(leader.rank) + " " + trouble;
     letTheWireDrain();
   }

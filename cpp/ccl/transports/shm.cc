@@ -58,7 +58,27 @@ int usableCores() {
 }  // namespace
 
 constexpr size_t kFailureBytes = 512;
-constexpr uint32_t kMaxDepartures = 256;  // beyond them, MOJOCCL_IB_TIMEOUT_S tells
+constexpr uint32_t kMaxListed = 256;  // beyond them, MOJOCCL_IB_TIMEOUT_S tells
+
+// Ranks of other nodes, appended by the node's PeerWatch thread alone and
+// read by every rank of the node.
+struct RankList {
+  std::atomic<uint32_t> count;  // entries of `ranks` written
+  std::atomic<int32_t> ranks[kMaxListed];
+
+  void add(int rank) {
+    uint32_t n = count.load();
+    if (n == kMaxListed || contains(rank)) return;
+    ranks[n].store(rank);
+    count.store(n + 1, std::memory_order_release);
+  }
+  bool contains(int rank) const {
+    uint32_t n = count.load(std::memory_order_acquire);
+    for (uint32_t i = 0; i < n; ++i)
+      if (ranks[i].load() == rank) return true;
+    return false;
+  }
+};
 
 struct ShmTransport::ControlBlock {
   Counter stage[kStages];
@@ -67,11 +87,11 @@ struct ShmTransport::ControlBlock {
   std::atomic<uint32_t> failed;    // set, after `failure`, when a collective failed here
   char failure[kFailureBytes];
   // The first rank's block only: the node's alarm, and the ranks of other
-  // nodes known to have left (the first kMaxDepartures of them).
+  // nodes known to have left, or to have ended without leaving.
   std::atomic<uint32_t> alarmed;  // after `alarm`
   char alarm[kFailureBytes];
-  std::atomic<uint32_t> departures;  // entries of `departedRanks` written
-  std::atomic<int32_t> departedRanks[kMaxDepartures];
+  RankList departedElsewhere;
+  RankList diedElsewhere;
   alignas(kCacheLine) char notes[kSlots][kNoteBytes];
 };
 
@@ -429,22 +449,15 @@ bool ShmTransport::peerDeparted(int peer) const { return control(peer).departed.
 
 bool ShmTransport::peerDied(int peer) const { return !peerDeparted(peer) && peerExited(peer); }
 
-// Written by the PeerWatch thread alone; read by every rank of the node.
-void ShmTransport::recordRemoteDeparture(int commRank) {
-  ControlBlock& node = control(0);
-  uint32_t count = node.departures.load();
-  if (count == kMaxDepartures || remoteDeparted(commRank)) return;
-  node.departedRanks[count].store(commRank);
-  node.departures.store(count + 1, std::memory_order_release);
-}
+void ShmTransport::recordRemoteDeparture(int commRank) { control(0).departedElsewhere.add(commRank); }
 
 bool ShmTransport::remoteDeparted(int commRank) const {
-  const ControlBlock& node = control(0);
-  uint32_t count = node.departures.load(std::memory_order_acquire);
-  for (uint32_t i = 0; i < count; ++i)
-    if (node.departedRanks[i].load() == commRank) return true;
-  return false;
+  return control(0).departedElsewhere.contains(commRank);
 }
+
+void ShmTransport::recordRemoteDeath(int commRank) { control(0).diedElsewhere.add(commRank); }
+
+bool ShmTransport::remoteDied(int commRank) const { return control(0).diedElsewhere.contains(commRank); }
 
 bool ShmTransport::peerExited(int peer) const {
   int fd = pidfds_[peer];

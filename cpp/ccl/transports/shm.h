@@ -91,6 +91,10 @@ class ShmTransport {
   // them fails at once, as it would waiting on a rank of this node.
   void recordRemoteDeparture(int commRank);
   bool remoteDeparted(int commRank) const;
+  // Ranks of other nodes that ended without leaving, likewise: what
+  // mojocclCommFailedRanks reports for them.
+  void recordRemoteDeath(int commRank);
+  bool remoteDied(int commRank) const;
   // Whether local `peer` left the communicator, and whether it ended
   // without leaving it.
   bool peerDeparted(int peer) const;

@@ -129,6 +129,14 @@ ncclResult_t mojocclDescribeFabric(char* text, size_t size);
 ncclResult_t mojocclRecvAny(void* recvbuff, size_t count, ncclDataType_t datatype, int* peer,
                             ncclComm_t comm, ncclStream_t stream);
 
+/* libmojoccl's own: the ranks of `comm` known to have ended without leaving
+ * it (killed, crashed, their node lost), ascending, in ranks[0..*count); a
+ * rank that destroyed or aborted its communicator is not among them.
+ * `ranks` holds room for the communicator's size. After ncclCommAbort, the
+ * ranks known when the abort took effect. What a program passes to
+ * torch.distributed.shrink_group. */
+ncclResult_t mojocclCommFailedRanks(ncclComm_t comm, int* ranks, int* count);
+
 #ifdef __cplusplus
 }
 #endif
