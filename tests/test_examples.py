@@ -2,6 +2,12 @@
 Most examples check themselves (against gloo or a single-process run) and
 fail the job when they drift; these tests read what they print."""
 
+import glob
+import os
+import re
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -109,6 +115,32 @@ def test_gpt_ddp_example_learns():
     stdout = example("gpt_ddp.py", 2, "--steps", 40, "--eval-every", 20)
     evaluations = [float(line.split("eval")[1].split()[0]) for line in stdout.splitlines() if line.startswith("step")]
     assert len(evaluations) == 2 and evaluations[1] < evaluations[0] < 4.0
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_fault_tolerant_ddp_finishes_without_its_killed_rank(tmp_path, nodes):
+    shm_before = set(glob.glob("/dev/shm/mojoccl-*"))
+    save = str(tmp_path / "rank{rank}.pt")
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / "fault_tolerant_ddp.py"), "--nodes", str(nodes), "--save", save],
+        env={**os.environ, "PYTHONPATH": str(ROOT), "TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / "fr_"),
+             "TORCH_MOJO_BACKEND_TRACE": "0"},
+        capture_output=True, text=True, timeout=180)
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr[-4000:]
+    assert "worker 3: killed by SIGKILL" in out and out.count(": exit 0") == 3, out
+    for rank in range(3):
+        assert f"rank {rank}: step 30 failed (" in out and "ranks that failed: [3]" in out, out
+        assert f"rank {rank}: now rank {rank} of 3, resuming after step 29" in out, out
+    for seconds in re.findall(r"resuming after step \d+, ([\d.]+) s after the error", out):
+        assert float(seconds) < 5, out
+    steps = losses(out)
+    assert sorted(steps) == [10, 20, 30, 40, 50, 60] and steps[60] < steps[20] < steps[10], out
+    assert "finished 60 steps on 3 ranks; parameters equal on every rank: True" in out, out
+    states = [torch.load(save.format(rank=rank)) for rank in range(3)]
+    for name in states[0]:
+        assert torch.equal(states[1][name], states[0][name]) and torch.equal(states[2][name], states[0][name])
+    assert set(glob.glob("/dev/shm/mojoccl-*")) <= shm_before, "shared memory left behind"
 
 
 def porting_table():

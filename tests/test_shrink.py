@@ -54,3 +54,18 @@ def test_a_stalled_rank_times_out_in_the_caller_and_the_process_goes_on(clean_sh
     assert "completed: 4\nerror: ncclAllReduce failed: rank 1, ncclAllReduce(count=16" in out, out
     assert "rank 0 failed: the communicator was aborted" in out, out
     assert "failed ranks: []" in out and out.rstrip().endswith("went on"), out
+
+
+def test_survivors_that_disagree_on_whom_to_exclude_fail_at_the_bootstrap_timeout(clean_shm):  # noqa: F811
+    results = run_worker("survive", 4, "disagree", env={**RAISE, "MOJOCCL_BOOTSTRAP_TIMEOUT_S": "3"},
+                         timeout=60)
+    outs = [result.stdout for result in results]
+    for out in outs[:3]:
+        seconds = float(out.split(" s: ")[0])
+        assert 3 <= seconds < 10, out
+    # Rank 0 and rank 1 each made a group the others never joined; rank 2
+    # waited for a group whose first rank never made it.
+    assert "did not join the communicator within 3 s (MOJOCCL_BOOTSTRAP_TIMEOUT_S)" in outs[0], outs[0]
+    assert "did not join the communicator within 3 s (MOJOCCL_BOOTSTRAP_TIMEOUT_S)" in outs[1], outs[1]
+    assert ("the group's first rank did not publish its communicator in the store within 3 s "
+            "(MOJOCCL_BOOTSTRAP_TIMEOUT_S)") in outs[2], outs[2]

@@ -69,6 +69,31 @@ def _install_trace_dumps(_C):
     c10d._dump_nccl_trace_json = _dump_nccl_trace_json
 
 
+def _register_shrunk_groups_as_custom():
+    """torch 2.13's shrink_group registers the new group's CPU backend as
+    BackendType.GLOO whatever it is, and DDP then takes a shrunk mojo group
+    for gloo's class (a crash in its logger). A shrunk mojo group is
+    registered as CUSTOM instead, as init_process_group registers it."""
+    import torch
+    from torch.distributed import distributed_c10d as c10d
+
+    create = c10d._create_shrunk_process_group
+    if getattr(create, "_mojo", False):
+        return
+
+    def create_shrunk(new_backend, remaining_ranks, metadata, is_default_group):
+        group = create(new_backend, remaining_ranks, metadata, is_default_group)
+        if metadata["backend_name"] == BACKEND_NAME:
+            custom = c10d.ProcessGroup.BackendType.CUSTOM
+            device = metadata.get("bound_device_id") or torch.device("cpu")
+            group._register_backend(device, custom, new_backend)
+            group._set_default_backend(custom)
+        return group
+
+    create_shrunk._mojo = True
+    c10d._create_shrunk_process_group = create_shrunk
+
+
 def _devices():
     """cpu, and this process's accelerator type where it has one (cuda or
     mojo): mojo becomes the default backend of both."""
@@ -97,6 +122,7 @@ def register():
         for device in devices:
             dist.Backend.default_device_backend_map[device] = BACKEND_NAME
         _install_trace_dumps(_C)
+        _register_shrunk_groups_as_custom()
         # A collective still running when the script ends gets two seconds,
         # then is reported; Ctrl-C reaches the watchdog too.
         atexit.register(_C._before_exit)

@@ -9,6 +9,8 @@ TORCH_MOJO_BACKEND_PG_WATCHDOG=raise. Usage: survive.py SCENARIO
           global rank 2 is killed the same way and the last two shrink again.
   stalled 2 ranks: rank 1 sleeps past the timeout; rank 0's all-reduce
           raises and rank 0 goes on; rank 1's next calls find rank 0 gone.
+  disagree 4 ranks: rank 3 leaves; the others shrink with different lists
+          (with a short MOJOCCL_BOOTSTRAP_TIMEOUT_S): each must fail.
 
 Each rank prints what it saw; the test reads stdout and exit codes.
 """
@@ -103,10 +105,25 @@ def stalled():
     say("went on")
 
 
+def disagree():
+    dist.init_process_group("mojo")
+    rank = dist.get_rank()
+    if rank == 3:
+        time.sleep(5)  # out of the group, alive: keeps the store's host company
+        return
+    excluded = {0: [3], 1: [0, 3], 2: [1, 3]}[rank]
+    started = time.monotonic()
+    try:
+        dist.shrink_group(excluded, shrink_flags=SHRINK_ABORT)
+        say("shrunk")
+    except dist.DistBackendError as error:
+        say(f"{time.monotonic() - started:.1f} s: {str(error).splitlines()[0]}")
+
+
 def main():
     torch_mojo.register_mojo_devices()
-    if sys.argv[1] == "stalled":
-        return stalled()
+    if sys.argv[1] in ("stalled", "disagree"):
+        return {"stalled": stalled, "disagree": disagree}[sys.argv[1]]()
     dist.init_process_group("mojo", timeout=datetime.timedelta(seconds=30))
     global_rank = dist.get_rank()
     subgroup = dist.new_group([0, 1])
