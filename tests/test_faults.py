@@ -131,6 +131,30 @@ def test_ctrl_c_ends_every_rank(tmp_path, clean_shm):
     assert "[rank 0]" in results[0].stderr, results[0].stderr
 
 
+def test_sigterm_reports_and_dumps_every_rank_before_it_ends(tmp_path, clean_shm):
+    # As at a SLURM time limit: every rank gets SIGTERM, one of them inside
+    # a collective the other never issued.
+    job = RanksJob(worker_command("faults", "interrupt"), 2,
+                   env={"FAULT_TIMEOUT_S": "600", "SLURM_JOB_ID": "4242",
+                        "TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / "{job_id}" / "fr_rank_")})
+    job.wait_for_output(0, "waiting in collective #2")
+    job.wait_for_output(1, "ready")
+    time.sleep(0.5)
+    start = time.monotonic()
+    job.signal(signal.SIGTERM)
+    waiter, sleeper = job.wait(timeout=60, check=False)
+    assert time.monotonic() - start < 30
+    assert waiter.returncode == sleeper.returncode == -signal.SIGTERM, (waiter.stderr, sleeper.stderr)
+    headline = "SIGTERM (a time limit, scancel, or the launcher stopping the job): group default_pg: "
+    assert f"[rank 0] {headline}#2 all_reduce 1024 x float32 sum, for " in waiter.stderr, waiter.stderr
+    assert f"[rank 1] {headline}its last, #1 all_reduce 1024 x float32 sum, completed" in sleeper.stderr
+    for result in (waiter, sleeper):
+        dump = tmp_path / "4242" / f"fr_rank_{result.rank}"
+        assert f"Flight recorder dumped to {dump}" in result.stderr and dump.exists(), result.stderr
+    analysis = fr_trace(tmp_path / "4242")
+    assert "missing ranks: {1}" in analysis and "collective: nccl:all_reduce" in analysis, analysis
+
+
 def test_soak_random_collectives_on_four_ranks(clean_shm):
     # 1,500 random operations: all_reduce, reduce, broadcast, all_gather,
     # reduce_scatter, all_to_all; 4 dtypes, 4 reduce ops, sizes 0-200,000,

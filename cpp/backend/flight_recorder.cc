@@ -43,6 +43,24 @@ void makeParentDirectories(const std::string& path) {
     mkdir(path.substr(0, slash).c_str(), 0755);
 }
 
+// "{job_id}" in the prefix becomes the batch system's job id, so that
+// dumps on node-local storage of different jobs do not overwrite each other
+// and can be collected per job.
+std::string withJobId(std::string prefix) {
+  const std::string placeholder = "{job_id}";
+  const size_t at = prefix.find(placeholder);
+  if (at == std::string::npos) return prefix;
+  std::string job = "nojob";
+  for (const char* name : {"SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "FLUX_JOB_ID", "TORCHELASTIC_RUN_ID"}) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && value[0] != '\0') {
+      job = value;
+      break;
+    }
+  }
+  return prefix.replace(at, placeholder.size(), job);
+}
+
 }  // namespace
 
 bool enabled() { return recorder().enabled_; }
@@ -78,7 +96,7 @@ std::string writeDump(int globalRank, bool onlyActive) {
                                     std::string(home != nullptr ? home : "/tmp") +
                                         "/.cache/torch/comm_lib_trace_rank_");
   bool stacks = environment("TORCH_INCLUDE_STACK_TRACE", "TORCH_INCLUDE_STACK_TRACE", "1") != "0";
-  std::string path = prefix + std::to_string(globalRank);
+  std::string path = withJobId(prefix) + std::to_string(globalRank);
   makeParentDirectories(path);
   std::string dump = dumpPickle(true, stacks, onlyActive);
   // Written aside, then renamed: a reader never sees half a dump.

@@ -40,6 +40,29 @@ void onSigint(int signal) {
     previousSigint.sa_handler(signal);
 }
 
+std::atomic<bool> terminated{false};
+std::atomic<bool> watchdogRunning{false};  // else nobody would act on SIGTERM
+struct sigaction previousSigterm {};
+
+bool terminatesByDefault() { return previousSigterm.sa_handler == SIG_DFL; }
+
+// The end, as SIGTERM's default action would have been.
+void terminateNow() {
+  signal(SIGTERM, SIG_DFL);
+  raise(SIGTERM);
+}
+
+void onSigterm(int signal) {
+  if (previousSigterm.sa_handler != SIG_DFL && previousSigterm.sa_handler != SIG_IGN)
+    previousSigterm.sa_handler(signal);  // the program's own handler decides when to end
+  if (previousSigterm.sa_handler == SIG_IGN) return;
+  if (!watchdogRunning.load()) {
+    if (terminatesByDefault()) terminateNow();
+    return;
+  }
+  terminated.store(true);  // the watchdog reports, dumps, then ends the process
+}
+
 std::string environment(const char* name, const char* alternative = nullptr) {
   for (const char* key : {name, alternative}) {
     if (key == nullptr) continue;
@@ -194,7 +217,10 @@ Watchdog& Watchdog::get() {
   return *watchdog;
 }
 
-Watchdog::Watchdog() { thread_ = std::thread(&Watchdog::loop, this); }
+Watchdog::Watchdog() {
+  thread_ = std::thread(&Watchdog::loop, this);
+  watchdogRunning.store(true);
+}
 
 void Watchdog::add(ProcessGroupMojo* group) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -228,6 +254,7 @@ void Watchdog::loop() {
     for (ProcessGroupMojo* group : groups) inspect(*group);
     serveDumpPipe();
     if (interrupted.load() && !interruptHandled_) handleInterrupt();
+    if (terminated.exchange(false)) handleTermination();
   }
 }
 
@@ -439,6 +466,24 @@ void Watchdog::handleInterrupt() {
   std::fflush(stderr);
 }
 
+void Watchdog::handleTermination() {
+  // SIGTERM: a time limit, scancel, torchrun stopping its workers. What each
+  // group was doing, then this process's dump, before the process ends.
+  int rank = -1;
+  for (ProcessGroupMojo* group : groups_) {
+    rank = group->globalRank();
+    say(rank, "SIGTERM (a time limit, scancel, or the launcher stopping the job): group " +
+                  group->getGroupDesc() + ": " + Whereabouts::of(*group).describe());
+  }
+  const auto& settings = WatchdogSettings::get();
+  if (rank >= 0 && flight_recorder::enabled()) {
+    for (ProcessGroupMojo* group : groups_) group->recordGroupRanks();
+    say(rank, "Flight recorder dumped to " + flight_recorder::writeDump(rank, settings.onlyActive));
+  }
+  std::fflush(stderr);
+  if (terminatesByDefault()) terminateNow();
+}
+
 void Watchdog::beforeExit() {
   {
     // A dump still being written reads the interpreter's stacks: it ends
@@ -480,6 +525,8 @@ void watchForInterrupts() {
     ours.sa_handler = onSigint;
     sigemptyset(&ours.sa_mask);
     sigaction(SIGINT, &ours, &previousSigint);
+    ours.sa_handler = onSigterm;
+    sigaction(SIGTERM, &ours, &previousSigterm);
   });
 }
 

@@ -83,6 +83,7 @@ class Watchdog {
   void writeDumpsDue();
   void serveDumpPipe();
   void handleInterrupt();
+  void handleTermination();
 
   std::mutex mutex_;  // guards groups_
   std::condition_variable wakeUp_;
@@ -97,7 +98,10 @@ class Watchdog {
 };
 
 // Installed by register_mojo_devices(): Ctrl-C also reaches the watchdog, so
-// that a rank blocked in a collective is released within seconds.
+// that a rank blocked in a collective is released within seconds; SIGTERM
+// makes it print what each group is doing and dump the flight recorder,
+// then the process ends as SIGTERM ends it (unless the program has a
+// SIGTERM handler of its own, which is called and decides).
 void watchForInterrupts();
 
 }  // namespace torch_mojo

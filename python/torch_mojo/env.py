@@ -108,7 +108,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "TORCH_FR_DUMP_TEMP_FILE",
         "`~/.cache/torch/comm_lib_trace_rank_`",
-        "dump file prefix; the global rank is appended",
+        "dump file prefix; the global rank is appended, and `{job_id}` in it becomes the job's id "
+        "(SLURM_JOB_ID, PBS_JOBID, LSB_JOBID, FLUX_JOB_ID or torchrun's run id; `nojob` without one)",
         alias="TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
     ),
     Variable("TORCH_NCCL_DUMP_ON_TIMEOUT", "1", "`0`: a timeout does not dump", choices=("0", "1")),
