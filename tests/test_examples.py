@@ -91,6 +91,16 @@ def test_checkpoint_resumes_at_the_same_and_another_world_size(tmp_path):
     assert losses(wider) == pytest.approx(losses(first), rel=1e-3)
 
 
+def test_torchrun_restarts_a_killed_worker_from_the_last_checkpoint(tmp_path):
+    args = [str(EXAMPLES / "checkpoint.py"), "--every", "5", "--steps", "24"]
+    restarted, _ = run_torchrun(["--max-restarts=1", *args, "--dir", str(tmp_path / "restarted"),
+                                 "--kill-rank", "1", "--kill-at-step", "12"], 2, cwd=tmp_path)
+    assert "attempt 0: starting at step 1 on 2 ranks" in restarted, restarted
+    assert "attempt 1: starting at step 11 on 2 ranks" in restarted, restarted
+    reference, _ = run_torchrun([*args, "--dir", str(tmp_path / "reference")], 2, cwd=tmp_path)
+    assert losses(restarted) == losses(reference) and len(losses(reference)) == 24, (restarted, reference)
+
+
 def test_tensor_parallel_2d_meshes_match_one_process():
     assert "tp: largest difference" in example("tensor_parallel.py", 2)
     stdout = example("tensor_parallel.py", 4)

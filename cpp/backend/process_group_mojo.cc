@@ -57,6 +57,16 @@ void awaitUniqueId(c10d::Store& store, const std::string& key) {
   }
 }
 
+// torchrun keeps its store across the restarts of a job (--max-restarts),
+// and torch's keys for a group are the same in every attempt: without a
+// prefix of its own, a restarted rank could read the communicator id of
+// the attempt before and wait for a rank that is gone.
+c10::intrusive_ptr<c10d::Store> forThisAttempt(const c10::intrusive_ptr<c10d::Store>& store) {
+  const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  if (attempt == nullptr || attempt[0] == '\0') return store;
+  return c10::make_intrusive<c10d::PrefixStore>(std::string("mojo_attempt_") + attempt, store);
+}
+
 }  // namespace
 
 ProcessGroupMojo::ProcessGroupMojo(const c10::intrusive_ptr<c10d::Store>& store, int rank,
@@ -66,7 +76,7 @@ ProcessGroupMojo::ProcessGroupMojo(const c10::intrusive_ptr<c10d::Store>& store,
     : Backend(rank, size),
       accelerator_(std::move(accelerator)),
       timeout_(timeout),
-      store_(store),
+      store_(forThisAttempt(store)),
       globalRanks_(std::move(globalRanks)),
       status_(std::make_shared<c10d::ProcessGroupStatus>()),
       watched_(WatchdogSettings::get().mode != WatchdogSettings::Mode::Off) {
@@ -81,7 +91,7 @@ ProcessGroupMojo::ProcessGroupMojo(const c10::intrusive_ptr<c10d::Store>& store,
   } catch (const std::exception& error) {
     TORCH_CHECK(false, error.what(), " (reinstall torch-mojo: its libmojoccl.so is missing or broken)");
   }
-  createCommunicator(*host_, *store, "torch_mojo_unique_id");
+  createCommunicator(*host_, *store_, "torch_mojo_unique_id");
   traceLibrary(host_->library());
   if (accelerator_) {
     // As ProcessGroupNCCL does with a bound device: the communicator is made
@@ -100,7 +110,7 @@ ProcessGroupMojo::ProcessGroupMojo(const c10::intrusive_ptr<c10d::Store>& store,
     c10::Stream stream = guard.getStreamFromGlobalPool(device, /*isHighPriority=*/false);
     device_.reset(new DeviceChannel{device, stream,
                                     std::make_unique<Communicator>(library, stream.native_handle())});
-    createCommunicator(*device_->comm, *store, "torch_mojo_device_unique_id");
+    createCommunicator(*device_->comm, *store_, "torch_mojo_device_unique_id");
     traceLibrary(*library);
   }
   worker_ = std::thread(&ProcessGroupMojo::workerLoop, this);
@@ -353,7 +363,7 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupMojo::shrink(
   // shrink of this group, and whom it leaves out (ranks that disagree on
   // that wait apart, and fail at the bootstrap timeout, instead of meeting).
   auto store = c10::make_intrusive<c10d::PrefixStore>(
-      "mojo_shrink/" + std::to_string(++shrinks_) + "/without/" + without + "/", store_);
+      "mojo_shrink/" + std::to_string(++shrinks_) + "/without/" + without, store_);
   const auto timeout = opts ? opts->timeout : timeout_.load();
   return c10::make_intrusive<ProcessGroupMojo>(store, newRank, static_cast<int>(members.size()),
                                                timeout, members, accelerator_);
