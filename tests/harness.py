@@ -4,6 +4,7 @@ the whole job, and every rank's output in the failure message."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -43,6 +44,10 @@ def _report(results: list[RankResult], headline: str) -> str:
     return "\n".join(parts)
 
 
+def _default_sigint():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class RanksJob:
     """`command` started once per rank with torchrun's variables set (RANK,
     WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT). Output goes to files: a pipe
@@ -69,7 +74,10 @@ class RanksJob:
             out = open(os.path.join(self.scratch.name, f"rank{rank}.out"), "w+")
             err = open(os.path.join(self.scratch.name, f"rank{rank}.err"), "w+")
             argv = [*(rank_prefix or {}).get(rank, []), *command]  # e.g. unshare for one "node"
-            process = subprocess.Popen(argv, env=full_env, cwd=self.scratch.name, stdout=out, stderr=err)
+            # SIGINT as a terminal leaves it, whoever started the tests (a
+            # background job of a script ignores it, and so would its ranks).
+            process = subprocess.Popen(argv, env=full_env, cwd=self.scratch.name, stdout=out, stderr=err,
+                                       preexec_fn=_default_sigint)
             self.processes.append((process, out, err))
 
     def stdout(self, rank):

@@ -521,12 +521,18 @@ void Watchdog::beforeExit() {
 void watchForInterrupts() {
   static std::once_flag once;
   std::call_once(once, [] {
-    struct sigaction ours {};
-    ours.sa_handler = onSigint;
-    sigemptyset(&ours.sa_mask);
-    sigaction(SIGINT, &ours, &previousSigint);
-    ours.sa_handler = onSigterm;
-    sigaction(SIGTERM, &ours, &previousSigterm);
+    // A signal the process was started ignoring (nohup, a background job
+    // of a script) stays ignored.
+    auto takeOver = [](int number, void (*handler)(int), struct sigaction* previous) {
+      sigaction(number, nullptr, previous);
+      if (previous->sa_handler == SIG_IGN) return;
+      struct sigaction ours {};
+      ours.sa_handler = handler;
+      sigemptyset(&ours.sa_mask);
+      sigaction(number, &ours, previous);
+    };
+    takeOver(SIGINT, onSigint, &previousSigint);
+    takeOver(SIGTERM, onSigterm, &previousSigterm);
   });
 }
 
