@@ -9,6 +9,8 @@
 #include <cstring>
 #include <set>
 
+#include <unistd.h>
+
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
@@ -67,6 +69,35 @@ c10::intrusive_ptr<c10d::Store> forThisAttempt(const c10::intrusive_ptr<c10d::St
   return c10::make_intrusive<c10d::PrefixStore>(std::string("mojo_attempt_") + attempt, store);
 }
 
+// The job's own store, without a group's prefix (but this attempt's): what
+// one process says of itself there, every group can read. Where each
+// global rank runs ("host H, pid P"), so that a rank that never checks in
+// to a later group can still be named with its host; which ranks' processes
+// are ending.
+c10::intrusive_ptr<c10d::Store> jobStore(const c10::intrusive_ptr<c10d::Store>& store) {
+  auto* prefixed = dynamic_cast<c10d::PrefixStore*>(store.get());
+  return forThisAttempt(prefixed != nullptr ? prefixed->getUnderlyingNonPrefixStore() : store);
+}
+
+std::string whereaboutsKey(uint64_t globalRank) {
+  return "torch_mojo_where/" + std::to_string(globalRank);
+}
+
+std::string exitingKey(uint64_t globalRank) {
+  return "torch_mojo_exiting/" + std::to_string(globalRank);
+}
+
+// Every group alive in this process, for announceExit.
+std::mutex liveGroupsMutex;
+std::set<ProcessGroupMojo*> liveGroups;
+
+void publishWhereabouts(c10d::Store& job, uint64_t globalRank) {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  job.set(whereaboutsKey(globalRank), c10::str("host ", host, ", pid ", getpid()));
+}
+
+
 }  // namespace
 
 ProcessGroupMojo::ProcessGroupMojo(const c10::intrusive_ptr<c10d::Store>& store, int rank,
@@ -91,6 +122,7 @@ ProcessGroupMojo::ProcessGroupMojo(const c10::intrusive_ptr<c10d::Store>& store,
   } catch (const std::exception& error) {
     TORCH_CHECK(false, error.what(), " (reinstall torch-mojo: its libmojoccl.so is missing or broken)");
   }
+  publishWhereabouts(*jobStore(store), globalRank());
   createCommunicator(*host_, *store_, "torch_mojo_unique_id");
   traceLibrary(host_->library());
   if (accelerator_) {
@@ -115,10 +147,47 @@ ProcessGroupMojo::ProcessGroupMojo(const c10::intrusive_ptr<c10d::Store>& store,
   }
   worker_ = std::thread(&ProcessGroupMojo::workerLoop, this);
   if (watched_) Watchdog::get().add(this);
+  {
+    std::lock_guard<std::mutex> lock(liveGroupsMutex);
+    liveGroups.insert(this);
+  }
   init();
 }
 
-ProcessGroupMojo::~ProcessGroupMojo() { shutdown(); }
+ProcessGroupMojo::~ProcessGroupMojo() {
+  {
+    std::lock_guard<std::mutex> lock(liveGroupsMutex);
+    liveGroups.erase(this);
+  }
+  shutdown();
+}
+
+void ProcessGroupMojo::announceExit() {
+  std::lock_guard<std::mutex> lock(liveGroupsMutex);
+  for (ProcessGroupMojo* group : liveGroups) {
+    try {
+      jobStore(group->store_)->set(exitingKey(group->globalRank()), std::vector<uint8_t>{1});
+    } catch (const std::exception&) {
+      // The store went with its host: the peers will have more to say than this.
+    }
+  }
+}
+
+std::vector<int> ProcessGroupMojo::failedRanks() {
+  std::vector<int> failed = host_->failedRanks();
+  // The store, not the communicator, says who is ending: where a node's
+  // first rank has left, the communicator no longer hears of that node.
+  try {
+    auto job = jobStore(store_);
+    for (int rank = 0; rank < size_; ++rank)
+      if (rank != rank_ && job->check({exitingKey(globalRanks_[rank])})) failed.push_back(rank);
+  } catch (const std::exception&) {
+    // No store to ask: the ranks that ended without leaving are what is known.
+  }
+  std::sort(failed.begin(), failed.end());
+  failed.erase(std::unique(failed.begin(), failed.end()), failed.end());
+  return failed;
+}
 
 std::exception_ptr ProcessGroupMojo::classify(std::exception_ptr error) {
   try {
@@ -187,7 +256,10 @@ void ProcessGroupMojo::checkSameSize(const at::Tensor& tensor, const at::Tensor&
 void ProcessGroupMojo::createCommunicator(Communicator& comm, c10d::Store& store,
                                           const std::string& key) {
   // As ProcessGroupNCCL does: rank 0 makes the unique id, the store carries
-  // it to the others. The store is already prefixed for this group.
+  // it to the others. The store is already prefixed for this group. Each
+  // rank checks in first, so that a creation that fails can say who never
+  // came.
+  store.set(key + "/checked_in/" + std::to_string(rank_), std::vector<uint8_t>{1});
   try {
     ncclUniqueId id{};
     if (rank_ == 0) {
@@ -203,8 +275,32 @@ void ProcessGroupMojo::createCommunicator(Communicator& comm, c10d::Store& store
     }
     comm.init(id, size_, rank_);
   } catch (const CclError& error) {
-    C10_THROW_ERROR(DistBackendError, error.what());
+    C10_THROW_ERROR(DistBackendError, neverCheckedIn(store, key) + error.what());
+  } catch (const c10::DistBackendError& error) {
+    C10_THROW_ERROR(DistBackendError, neverCheckedIn(store, key) + error.what_without_backtrace());
   }
+}
+
+std::string ProcessGroupMojo::neverCheckedIn(c10d::Store& store, const std::string& key) {
+  std::string missing;
+  try {
+    auto job = jobStore(store_);
+    for (int rank = 0; rank < size_; ++rank) {
+      if (store.check({key + "/checked_in/" + std::to_string(rank)})) continue;
+      const uint64_t global = globalRanks_[rank];
+      std::string where = "never seen";
+      if (job->check({whereaboutsKey(global)})) {
+        std::vector<uint8_t> text = job->get(whereaboutsKey(global));
+        where = std::string(text.begin(), text.end());
+      }
+      missing += c10::str(missing.empty() ? "" : ", ", rank, " (global rank ", global, ", ", where, ")");
+    }
+  } catch (const std::exception&) {
+    return "";  // the store is gone too (its host failed): the error alone says what happened
+  }
+  if (missing.empty()) return "";
+  return c10::str("[rank ", globalRank(), "] the group of ", size_, " ranks was not created; ",
+                  "rank(s) that never checked in: ", missing, ". ");
 }
 
 c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupMojo::getBackendOptions() {

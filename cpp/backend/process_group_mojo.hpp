@@ -199,10 +199,16 @@ class ProcessGroupMojo : public c10d::Backend {
   c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranksToExclude,
                                            int shrinkFlags,
                                            const c10::intrusive_ptr<Options>& opts) override;
-  // The group ranks known to have ended without leaving the group
-  // (torch_mojo.distributed.failed_ranks); the library of its CPU tensors
-  // knows them, and only libmojoccl tells.
-  std::vector<int> failedRanks() { return host_->failedRanks(); }
+  // The group ranks known to have ended (torch_mojo.distributed.failed_ranks):
+  // those that ended without leaving the group, which the library of its
+  // CPU tensors knows (only libmojoccl tells), and those whose process
+  // said it is ending (announceExit): not a rank that aborted the group to
+  // go on without the others (a shrink, a timeout).
+  std::vector<int> failedRanks();
+  // Says in the job's store that this process is ending (its interpreter
+  // exits), before its groups are destroyed: its peers then count it as
+  // failed, not as a rank that aborted the group to shrink it.
+  static void announceExit();
 
   // What has gone wrong with this group, as ProcessGroupNCCL tells it: a
   // collective past its timeout, a peer's failure, another library error.
@@ -317,6 +323,9 @@ class ProcessGroupMojo : public c10d::Backend {
   Trace* traceOf(uint64_t sequence);  // with mutex_ held
   Trace traceOf(const Job& job);      // with mutex_ held: the history's, else the job's own
   void createCommunicator(Communicator& comm, c10d::Store& store, const std::string& key);
+  // "[rank G] the group ... rank(s) that never checked in: ..." for the
+  // ranks of this group that never reached createCommunicator, or "".
+  std::string neverCheckedIn(c10d::Store& store, const std::string& key);
   void stopThreads();
   void closeCommunicators();
   // The error a failed job raises; a fatal library error is noted for the

@@ -65,8 +65,14 @@ PYBIND11_MODULE(_C, module) {
   module.def("_groups_alive", [] {
     return torch_mojo::flight_recorder::enabled() && torch_mojo::Watchdog::get().anyGroupAlive();
   });
-  module.def("_before_exit", [] { torch_mojo::Watchdog::get().beforeExit(); },
-             py::call_guard<py::gil_scoped_release>());
+  // The interpreter is ending: the peers learn it before the groups go.
+  module.def(
+      "_before_exit",
+      [] {
+        torch_mojo::ProcessGroupMojo::announceExit();
+        torch_mojo::Watchdog::get().beforeExit();
+      },
+      py::call_guard<py::gil_scoped_release>());
   module.def("_watch_for_interrupts", &torch_mojo::watchForInterrupts);
   // Loads a collective library as a process group would, for `torch-mojo
   // info`: its NCCL version code, or the error a process group would raise.

@@ -69,17 +69,27 @@ def _install_trace_dumps(_C):
     c10d._dump_nccl_trace_json = _dump_nccl_trace_json
 
 
-def _register_shrunk_groups_as_custom():
-    """torch 2.13's shrink_group registers the new group's CPU backend as
-    BackendType.GLOO whatever it is, and DDP then takes a shrunk mojo group
-    for gloo's class (a crash in its logger). A shrunk mojo group is
-    registered as CUSTOM instead, as init_process_group registers it."""
+def _fix_shrink_group():
+    """Two faults of torch 2.13's shrink_group, mended for mojo groups:
+
+    - it registers the new group's CPU backend as BackendType.GLOO whatever
+      it is, and DDP then takes a shrunk mojo group for gloo's class (a
+      crash in its logger): a shrunk mojo group is registered as CUSTOM, as
+      init_process_group registers it;
+    - it takes ranks_to_exclude (group ranks) for global ranks when it lists
+      the new group's members, so shrinking a group whose ranks are not its
+      global ranks (any subgroup, or a default group shrunk before) records
+      the wrong members: they are translated to global ranks first.
+    """
     import torch
     from torch.distributed import distributed_c10d as c10d
 
-    create = c10d._create_shrunk_process_group
+    create, finalize = c10d._create_shrunk_process_group, c10d._finalize_shrunk_group
     if getattr(create, "_mojo", False):
         return
+
+    def is_mojo(group):
+        return c10d._world.pg_map[group][0] == BACKEND_NAME
 
     def create_shrunk(new_backend, remaining_ranks, metadata, is_default_group):
         group = create(new_backend, remaining_ranks, metadata, is_default_group)
@@ -90,8 +100,16 @@ def _register_shrunk_groups_as_custom():
             group._set_default_backend(custom)
         return group
 
+    def finalize_shrunk(group_info, excluded_ranks, new_backend):
+        group = group_info["process_group"]
+        if is_mojo(group):
+            members = c10d.get_process_group_ranks(group)
+            excluded_ranks = {members[rank] for rank in excluded_ranks}
+        return finalize(group_info, excluded_ranks, new_backend)
+
     create_shrunk._mojo = True
     c10d._create_shrunk_process_group = create_shrunk
+    c10d._finalize_shrunk_group = finalize_shrunk
 
 
 def _devices():
@@ -122,7 +140,7 @@ def register():
         for device in devices:
             dist.Backend.default_device_backend_map[device] = BACKEND_NAME
         _install_trace_dumps(_C)
-        _register_shrunk_groups_as_custom()
+        _fix_shrink_group()
         # A collective still running when the script ends gets two seconds,
         # then is reported; Ctrl-C reaches the watchdog too.
         atexit.register(_C._before_exit)

@@ -96,7 +96,10 @@ def use_local_rank_gpu():
 def failed_ranks(group=None, wait=1.0):
     """The ranks of ``group`` (the default group when None) known to have
     failed: ended without destroying or aborting the group (killed, crashed,
-    their node lost), in ascending order, as ranks of ``group``. What to pass
+    their node lost), or whose script ended while the group was still in
+    use (an exception nobody caught), in ascending order, as ranks of
+    ``group``. A rank that aborted the group to go on (it shrank it, or its
+    collective timed out) is not among them. What to pass
     to ``torch.distributed.shrink_group`` after a collective raised
     (``TORCH_MOJO_BACKEND_PG_WATCHDOG=raise``)::
 

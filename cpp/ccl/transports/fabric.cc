@@ -6,6 +6,7 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <optional>
 
 #include <sys/mman.h>
 
@@ -125,6 +126,7 @@ FabricTransport::FabricTransport(Bootstrap& bootstrap, int rank, const std::atom
   if (ranks_.size() > kMaxRanks)
     fail(ncclInvalidUsage, "libmojoccl's fabric transport serves at most " +
                                std::to_string(kMaxRanks) + " ranks");
+  std::optional<SignalHandlersKept> handlers(std::in_place);  // while providers load
   FabricChoice choice = chooseFabric(library_);
   infoList_ = choice.list;
   info_ = choice.info;
@@ -158,6 +160,7 @@ FabricTransport::FabricTransport(Bootstrap& bootstrap, int rank, const std::atom
   } catch (const Error& error) {
     failure = error.what();
   }
+  handlers.reset();
   bootstrap.agreeOnSuccess(failure.empty(), failure);
 
   std::vector<char> all = bootstrap.allGather(&mine, sizeof(mine));

@@ -4,6 +4,7 @@
 #include <glob.h>
 
 #include <algorithm>
+#include <iterator>
 #include <memory>
 #include <mutex>
 
@@ -37,7 +38,11 @@ void lookUp(void* handle, const char* name, Function& function, const std::strin
 LibFabric load() {
   std::string tried;
   for (const auto& path : candidates()) {
-    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    void* handle = nullptr;
+    {
+      SignalHandlersKept handlers;  // provider libraries it links may install theirs on load
+      handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    }
     if (handle == nullptr) {
       tried += "\n  " + path + ": " + dlerror();
       continue;
@@ -84,6 +89,7 @@ const LibFabric& LibFabric::get() {
 std::vector<std::string> LibFabric::providers() const {
   std::vector<std::string> names;
   fi_info* list = nullptr;
+  SignalHandlersKept handlers;
   if (getinfo(FI_VERSION(1, 10), nullptr, nullptr, 0, nullptr, &list) != 0) return names;
   for (fi_info* info = list; info != nullptr; info = info->next) {
     std::string name = info->fabric_attr->prov_name;
@@ -91,6 +97,18 @@ std::vector<std::string> LibFabric::providers() const {
   }
   freeinfo(list);
   return names;
+}
+
+SignalHandlersKept::SignalHandlersKept() {
+  for (size_t i = 0; i < std::size(kSignals); ++i) sigaction(kSignals[i], nullptr, &saved_[i]);
+}
+
+SignalHandlersKept::~SignalHandlersKept() {
+  for (size_t i = 0; i < std::size(kSignals); ++i) {
+    struct sigaction now {};
+    sigaction(kSignals[i], nullptr, &now);
+    if (now.sa_handler != saved_[i].sa_handler) sigaction(kSignals[i], &saved_[i], nullptr);
+  }
 }
 
 std::string LibFabric::versionText() const {

@@ -7,6 +7,8 @@
 // these return.
 #pragma once
 
+#include <signal.h>
+
 #include <string>
 #include <vector>
 
@@ -31,6 +33,25 @@ struct LibFabric {
   // The providers libfabric offers here (e.g. "tcp;ofi_rxm"), each once.
   std::vector<std::string> providers() const;
   std::string versionText() const;
+};
+
+// Keeps the process's handlers of the signals that end it (SIGTERM, SIGINT,
+// ...) and of the crash signals across libfabric calls that load
+// providers: some provider libraries install their own on load (the psm
+// provider's libinfinipath exits with status 1 on SIGTERM), which would
+// take the program's and torch-mojo's SIGTERM report away. Restored on
+// destruction where a call changed them.
+class SignalHandlersKept {
+ public:
+  SignalHandlersKept();
+  ~SignalHandlersKept();
+  SignalHandlersKept(const SignalHandlersKept&) = delete;
+  SignalHandlersKept& operator=(const SignalHandlersKept&) = delete;
+
+ private:
+  static constexpr int kSignals[] = {SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGABRT,
+                                     SIGSEGV, SIGBUS, SIGILL, SIGFPE};
+  struct sigaction saved_[sizeof(kSignals) / sizeof(kSignals[0])];
 };
 
 }  // namespace mojoccl
