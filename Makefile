@@ -18,7 +18,7 @@ demo: build
 	$(BIN)/torchrun --standalone --nproc-per-node=$(NPROC) examples/train_ddp.py
 
 test: build
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests --durations=15
 
 # `spack install py-torch-mojo` with Spack from ../shared/vendor, and the
 # installed module training 2 ranks (about ten minutes).

@@ -108,7 +108,7 @@ def test_tensor_parallel_2d_meshes_match_one_process():
         assert f"{layout}: largest difference from one process" in stdout
 
 
-@pytest.mark.parametrize("nproc", [2, 4])
+@pytest.mark.parametrize("nproc", [4])
 def test_pipeline_schedules_match_one_process(nproc):
     stdout = example("pipeline.py", nproc)
     for schedule in ("ScheduleGPipe", "Schedule1F1B"):
@@ -127,7 +127,7 @@ def test_gpt_ddp_example_learns():
     assert len(evaluations) == 2 and evaluations[1] < evaluations[0] < 4.0
 
 
-@pytest.mark.parametrize("nodes", [1, 2])
+@pytest.mark.parametrize("nodes", [2])  # one node: docs/training.md; tests/test_drill.py
 def test_fault_tolerant_ddp_finishes_without_its_killed_rank(tmp_path, nodes):
     shm_before = set(glob.glob("/dev/shm/mojoccl-*"))
     save = str(tmp_path / "rank{rank}.pt")

@@ -35,11 +35,11 @@ def test_conformance_matrix_across_nodes(hosts):
         assert "checked" in result.stdout
 
 
-@pytest.mark.parametrize("hosts", [("a", "a", "b", "b"), ("a", "b", "c", "a")], ids=["2x2", "3 nodes"])
-def test_soak_random_collectives_across_nodes(hosts):
+def test_soak_random_collectives_across_three_nodes():
     # The soak job of test_faults (1,500 random collectives on the world and
-    # on subgroups, half asynchronous, every result checked) across nodes.
-    results = run_worker("soak", 4, "1500", env=FABRIC, rank_env=on_nodes(*hosts), timeout=300)
+    # on subgroups, half asynchronous, every result checked) across uneven
+    # nodes (2 x 2 runs the conformance matrix above).
+    results = run_worker("soak", 4, "1500", env=FABRIC, rank_env=on_nodes("a", "b", "c", "a"), timeout=300)
     for result in results:
         assert ", 0 wrong" in result.stdout, result.stdout
 
@@ -157,8 +157,8 @@ def test_a_peer_on_another_node_that_stops_answering_is_named_after_the_timeout(
 
 @pytest.mark.parametrize(
     "scenario, victim",
-    [("dies_in_collective", 3), ("dies_in_collective", 2), ("dies_in_send", 3)],
-    ids=["a rank in a collective", "a node's first rank", "a rank between sends"],
+    [("dies_in_collective", 2), ("dies_in_send", 3)],
+    ids=["a node's first rank", "a rank between sends"],  # another rank: tests/test_drill.py
 )
 def test_a_killed_rank_on_another_node_fails_every_survivor_within_moments(scenario, victim):
     # 2 nodes x 2 ranks; the victim is SIGKILLed between two calls. Each

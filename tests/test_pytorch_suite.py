@@ -1,5 +1,5 @@
 """A subset of PyTorch's own distributed tests on mojo (the whole suite is
-`make pytorch-suite`): every test that once failed here, and a sample."""
+`make pytorch-suite`): one test for each fix made for it, and a sample."""
 
 import subprocess
 import sys

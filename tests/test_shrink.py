@@ -14,7 +14,7 @@ RAISE = {"TORCH_MOJO_BACKEND_PG_WATCHDOG": "raise", "TORCH_MOJO_BACKEND_TRACE": 
 TWO_NODES = {rank: {"MOJOCCL_HOSTID": "ab"[rank // 2]} for rank in range(4)}
 
 
-@pytest.mark.parametrize("placement", ["one node", "2 nodes x 2 ranks"])
+@pytest.mark.parametrize("placement", ["2 nodes x 2 ranks"])  # one node: tests/test_drill.py
 def test_survivors_shrink_the_group_and_go_on(tmp_path, clean_shm, placement):  # noqa: F811
     across = placement != "one node"
     env = {**RAISE, "TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / "fr_rank_"),
