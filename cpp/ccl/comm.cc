@@ -255,6 +255,10 @@ struct NodeReport {
 };
 
 void copyText(char* to, const std::string& text) { std::snprintf(to, kVerdictBytes, "%s", text.c_str()); }
+
+// Room for any leader's frame: its node's report, then the data of a small
+// all-reduce (halves cross in float32, at twice their bytes).
+constexpr size_t kFrameRoom = sizeof(NodeReport) + 2 * kOneShotMaxBytes;
 }  // namespace
 
 std::string Comm::nodeDisagreement(const Call& call) {
@@ -282,21 +286,48 @@ std::string Comm::disagreementAcrossNodes(const char* reports, size_t stride) co
 // raises the same MismatchError on every rank, and the communicator stays
 // usable, as within one node.
 void Comm::agreeAcrossNodes(const Call& call) {
-  NodeReport mine{};
+  NodeReport& mine = *reinterpret_cast<NodeReport*>(frame(node_));
+  mine = NodeReport{};
   mine.signature = CallSignature::of(call);
   copyText(mine.problem, nodeDisagreement(call));
   char verdict[kVerdictBytes] = {};
-  if (isLeader()) {
-    std::vector<NodeReport> reports(nodes_.size());
-    reports[node_] = mine;
-    std::vector<char*> blocks;
-    for (auto& report : reports) blocks.push_back(reinterpret_cast<char*>(&report));
-    networkAllGather(leaders(call), blocks, std::vector<size_t>(reports.size(), sizeof(NodeReport)));
-    copyText(verdict, disagreementAcrossNodes(reinterpret_cast<const char*>(reports.data()), sizeof(NodeReport)));
-  }
+  if (isLeader()) copyText(verdict, exchangeNodeFrames(call, 0));
   localBroadcast({CallKind::Broadcast, verdict, verdict, kVerdictBytes, ncclInt8, ncclSum, leader(),
                   call.sequence});
   if (verdict[0] != '\0') throw MismatchError(verdict);
+}
+
+char* Comm::frame(size_t node) {
+  if (frames_.size() < nodes_.size() * kFrameRoom) frames_.resize(nodes_.size() * kFrameRoom);
+  return frames_.data() + node * kFrameRoom;
+}
+
+// Each leader's frame (frame(node): its node's report, then `payloadBytes`
+// of data) to every other leader; returns the first disagreement among the
+// reports, or "". One message each way where the provider takes one of
+// kFrameRoom bytes; else the report, then the data at the size it
+// announces. A leader in a small all-reduce and one in any other call
+// exchange frames alike, and so meet.
+std::string Comm::exchangeNodeFrames(const Call& call, size_t payloadBytes) {
+  std::vector<char*> frames;
+  for (size_t node = 0; node < nodes_.size(); ++node) frames.push_back(frame(node));
+  // The choice depends on no call's size, so that ranks whose calls differ choose alike.
+  if (kFrameRoom <= fabric_->maxMessage()) {
+    std::vector<size_t> received;
+    networkExchangeFrames(leaders(call), frames, sizeof(NodeReport) + payloadBytes, kFrameRoom, received);
+  } else if (payloadBytes == 0) {
+    networkAllGather(leaders(call), frames, std::vector<size_t>(nodes_.size(), sizeof(NodeReport)));
+  } else {
+    std::vector<std::vector<char>> payloads(nodes_.size());
+    payloads[node_].assign(frames[node_] + sizeof(NodeReport), frames[node_] + sizeof(NodeReport) + payloadBytes);
+    networkAllGatherWithHeaders(leaders(call), frames, sizeof(NodeReport), payloads, [&](const char* header) {
+      const auto& signature = reinterpret_cast<const NodeReport*>(header)->signature;
+      return signature.count * datatypeSize(acrossNodesType(static_cast<ncclDataType_t>(signature.datatype)));
+    });
+    for (size_t node = 0; node < nodes_.size(); ++node)
+      std::memcpy(frames[node] + sizeof(NodeReport), payloads[node].data(), std::min(payloads[node].size(), payloadBytes));
+  }
+  return disagreementAcrossNodes(frames[0], kFrameRoom);
 }
 
 // A small all-reduce takes one exchange between nodes: each leader sends its
@@ -307,13 +338,11 @@ void Comm::smallAllReduceAcrossNodes(const Call& call) {
   const ncclDataType_t type = acrossNodesType(call.datatype);
   const bool half = type != call.datatype;
   const size_t bytes = call.count * datatypeSize(type);
-  std::vector<NodeReport> reports(nodes_.size());
-  std::vector<std::vector<char>> partials(nodes_.size());
-  NodeReport& mine = reports[node_];
+  auto partial = [&](size_t node) { return frame(node) + sizeof(NodeReport); };
+  NodeReport& mine = *reinterpret_cast<NodeReport*>(frame(node_));
+  mine = NodeReport{};
   mine.signature = CallSignature::of(call);
   copyText(mine.problem, nodeDisagreement(call));
-  std::vector<char>& partial = partials[node_];
-  partial.resize(bytes);
   if (mine.problem[0] == '\0') {
     Call toLeader = call;
     toLeader.kind = CallKind::Reduce;
@@ -321,25 +350,19 @@ void Comm::smallAllReduceAcrossNodes(const Call& call) {
     toLeader.op = call.op == ncclAvg ? ncclSum : call.op;
     toLeader.root = leader();
     if (half) {
-      convert(partial.data(), ncclFloat32, call.send, call.datatype, call.count);
-      toLeader.send = partial.data();
+      convert(partial(node_), ncclFloat32, call.send, call.datatype, call.count);
+      toLeader.send = partial(node_);
     }
-    toLeader.recv = partial.data();
+    toLeader.recv = partial(node_);
     localReduce(toLeader);
   }
   char* handBack = scratch(kVerdictBytes + bytes);  // the verdict, then the result
   if (isLeader()) {
-    std::vector<char*> headers;
-    for (auto& report : reports) headers.push_back(reinterpret_cast<char*>(&report));
-    networkAllGatherWithHeaders(leaders(call), headers, sizeof(NodeReport), partials, [&](const char* header) {
-      const auto& signature = reinterpret_cast<const NodeReport*>(header)->signature;
-      return signature.count * datatypeSize(acrossNodesType(static_cast<ncclDataType_t>(signature.datatype)));
-    });
-    copyText(handBack, disagreementAcrossNodes(reinterpret_cast<const char*>(reports.data()), sizeof(NodeReport)));
+    copyText(handBack, exchangeNodeFrames(call, bytes));
     // AVG: the partial sums, summed and divided once by the rank count.
     if (handBack[0] == '\0') {
       std::vector<const void*> sources;
-      for (const auto& each : partials) sources.push_back(each.data());
+      for (size_t node = 0; node < nodes_.size(); ++node) sources.push_back(partial(node));
       mojoccl::reduce(handBack + kVerdictBytes, sources.data(), static_cast<int>(sources.size()), call.count,
                       type, call.op, size_);
     }

@@ -110,6 +110,8 @@ class Comm {
   std::string nodeDisagreement(const Call& call);
   std::string disagreementAcrossNodes(const char* reports, size_t stride) const;
   void smallAllReduceAcrossNodes(const Call& call);
+  std::string exchangeNodeFrames(const Call& call, size_t payloadBytes);
+  char* frame(size_t node);  // each node's report (and data), in frames_
   // The all-reduce of `call` with its result in `result` on every rank.
   void allReduceAcrossNodes(const Call& call, void* result);
   void allReduceAcrossNodesInPlace(const Call& call) { allReduceAcrossNodes(call, call.recv); }
@@ -152,6 +154,7 @@ class Comm {
   bool devicePeersDecided_ = false;
   std::unique_ptr<DeviceIpcBuffers> devicePeers_;  // when every rank can read its peers' GPUs
   std::vector<char> scratch_;
+  std::vector<char> frames_;  // what the leaders exchange to agree on a call
   std::vector<float> wide_;  // half-type data in float32, across nodes
   uint32_t rounds_ = 0;
   uint64_t calls_ = 0;

@@ -746,6 +746,11 @@ def check_bad_input(m):
     if m.world >= 2:
         # Ranks that disagree all get the same error, and stay usable.
         m.raises("mismatch", RuntimeError, "collective mismatch", lambda: dist.all_reduce(torch.ones(4 + m.rank)))
+        # A small all-reduce on one rank, a large one on the others: the
+        # ways they go differ (one message with the data, or an agreement
+        # first), and still meet.
+        m.raises("small against large", RuntimeError, "collective mismatch",
+                 lambda: dist.all_reduce(torch.ones(8 if m.rank == 0 else 100_000)))
         m.raises("sparse shapes", ValueError, "every rank must pass a tensor of one shape",
                  lambda: dist.all_reduce(torch.sparse_coo_tensor(torch.zeros(2, 0, dtype=torch.long),
                                                                  torch.zeros(0), (3 + m.rank, 4))))

@@ -57,6 +57,16 @@ void networkAllGather(const NetworkGroup& group, const std::vector<char*>& block
   group.fabric.waitAll(group.what);
 }
 
+void networkExchangeFrames(const NetworkGroup& group, const std::vector<char*>& frames, size_t sendBytes,
+                           size_t roomBytes, std::vector<size_t>& received) {
+  received.assign(group.size(), sendBytes);
+  for (int member = 0; member < group.size(); ++member)
+    if (member != group.self) group.fabric.postRecvUpTo(group.ranks[member], frames[member], roomBytes, &received[member]);
+  for (int member = 0; member < group.size(); ++member)
+    if (member != group.self) group.fabric.postSend(group.ranks[member], frames[group.self], sendBytes);
+  group.fabric.waitAll(group.what);
+}
+
 void networkAllGatherWithHeaders(const NetworkGroup& group, const std::vector<char*>& headers,
                                  size_t headerBytes, std::vector<std::vector<char>>& payloads,
                                  const std::function<size_t(const char* header)>& payloadBytes) {

@@ -34,6 +34,16 @@ void networkBroadcast(const NetworkGroup& group, void* data, size_t bytes, int r
 void networkAllGather(const NetworkGroup& group, const std::vector<char*>& blocks,
                       const std::vector<size_t>& blockBytes);
 
+// Every member sends every other one message, its frame (`sendBytes`
+// from frames[self]: what it says of the call at the front, its data
+// behind); frames[i] receives member i's, of up to `roomBytes`, and
+// received[i] its length. Members that disagree on the call, and so on the
+// size, still exchange one message each way: the next call finds them in
+// step. Receives are posted before the sends, so that a frame finds its
+// receive waiting. roomBytes <= fabric.maxMessage().
+void networkExchangeFrames(const NetworkGroup& group, const std::vector<char*>& frames, size_t sendBytes,
+                           size_t roomBytes, std::vector<size_t>& received);
+
 // Every member sends every other its header (`headerBytes`) and a payload;
 // headers[i] and payloads[i] receive member i's. A payload is received at
 // the size its header announces (`payloadBytes`), so one of another size

@@ -288,6 +288,14 @@ void FabricTransport::postRecv(int peer, void* data, size_t bytes) {
   postOrCancel(peer, false, static_cast<char*>(data), bytes, nullptr);
 }
 
+void FabricTransport::postRecvUpTo(int peer, void* data, size_t bytes, size_t* received) {
+  if (bytes > maxMessage_)
+    fail(ncclInternalError, "a receive of up to " + std::to_string(bytes) + " bytes is more than one message (" +
+                                std::to_string(maxMessage_) + " bytes)");
+  std::lock_guard<std::mutex> lock(mutex_);
+  postOrCancel(peer, false, static_cast<char*>(data), bytes, nullptr, received);
+}
+
 void FabricTransport::postBufferedSend(int peer, const void* data, size_t bytes) {
   const char* from = static_cast<const char*>(data);
   auto copy = std::make_shared<std::vector<char>>(from, from + bytes);
@@ -299,9 +307,9 @@ void FabricTransport::postBufferedSend(int peer, const void* data, size_t bytes)
 
 // A post that fails leaves the ranks out of step, as a failed wait does.
 void FabricTransport::postOrCancel(int peer, bool isSend, char* base, size_t bytes,
-                                   const std::shared_ptr<std::vector<char>>& copy) {
+                                   const std::shared_ptr<std::vector<char>>& copy, size_t* received) {
   try {
-    post(peer, isSend, base, bytes, copy);
+    post(peer, isSend, base, bytes, copy, received);
   } catch (const Error&) {
     cancelPending();
     throw;
@@ -312,7 +320,7 @@ void FabricTransport::postOrCancel(int peer, bool isSend, char* base, size_t byt
 // travels, as the receiver waits for it. Every piece of a buffered send
 // holds its `copy`.
 void FabricTransport::post(int peer, bool isSend, char* base, size_t bytes,
-                           const std::shared_ptr<std::vector<char>>& copy) {
+                           const std::shared_ptr<std::vector<char>>& copy, size_t* received) {
   const bool buffered = copy != nullptr;
   if (!failure_.empty()) fail(ncclRemoteError, failure_);
   // Named only when something goes wrong: posting is on every message's path.
@@ -324,6 +332,7 @@ void FabricTransport::post(int peer, bool isSend, char* base, size_t bytes,
     uint64_t messageTag = isSend ? tag(rank_, sent_[peer]++) : tag(peer, received_[peer]++);
     pending_.push_back({{}, peer, isSend, piece, buffered, copy, messageTag, base + offset, -1});
     Request& request = pending_.back();
+    request.received = received;
     (buffered ? buffered_ : waitedFor_) += 1;
     offset += piece;
     void* descriptor = descriptorFor(request.user, piece);
@@ -485,9 +494,15 @@ void FabricTransport::complete(Request& request, size_t length, const std::strin
   request.done = true;
   ++completed_;
   (request.buffered ? buffered_ : waitedFor_) -= 1;
+  const bool upTo = request.received != nullptr;
   if (request.slot >= 0) {
-    if (!request.isSend && length == request.bytes) std::memcpy(request.user, staging_->slot(request.slot), length);
+    if (!request.isSend && (length == request.bytes || upTo))
+      std::memcpy(request.user, staging_->slot(request.slot), length);
     staging_->freeSlots[request.isSend].push_back(request.slot);
+  }
+  if (upTo) {
+    *request.received = length;
+    return;
   }
   if (!request.isSend && length != request.bytes)
     fail(ncclInternalError, what + ": rank " + std::to_string(request.peer) + " sent " +

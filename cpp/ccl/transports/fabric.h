@@ -74,6 +74,12 @@ class FabricTransport {
   void postSend(int peer, const void* data, size_t bytes);
   // A message of another size than `bytes` is an error.
   void postRecv(int peer, void* data, size_t bytes);
+  // A receive that takes one message of up to `bytes`, whose length goes to
+  // `*received`: what ranks that may disagree exchange in one message (a
+  // call's signature at the front, its data behind), each receiving into
+  // room for the largest. At most maxMessage() bytes.
+  void postRecvUpTo(int peer, void* data, size_t bytes, size_t* received);
+  size_t maxMessage() const { return maxMessage_; }
   // Copies the message and posts it: it completes on its own.
   void postBufferedSend(int peer, const void* data, size_t bytes);
   // Progresses every message posted with postSend/postRecv to completion.
@@ -103,6 +109,7 @@ class FabricTransport {
     char* user;  // the message in the caller's memory (or `copy`)
     int slot;    // of the staging region once it has one, or -1
     bool done = false;
+    size_t* received = nullptr;  // postRecvUpTo's: a shorter message is taken
   };
   // Where a provider needs registered buffers (FI_MR_LOCAL), memory that
   // is not an ncclMemAlloc region travels through this region, registered
@@ -124,9 +131,9 @@ class FabricTransport {
   void submitStaged();
   // With mutex_ held, as every function below.
   void post(int peer, bool isSend, char* base, size_t bytes,
-            const std::shared_ptr<std::vector<char>>& copy);
+            const std::shared_ptr<std::vector<char>>& copy, size_t* received = nullptr);
   void postOrCancel(int peer, bool isSend, char* base, size_t bytes,
-                    const std::shared_ptr<std::vector<char>>& copy);
+                    const std::shared_ptr<std::vector<char>>& copy, size_t* received = nullptr);
   void complete(Request& request, size_t length, const std::string& what);
   void progress(const std::string& what);
   [[noreturn]] void failRequest(const fi_cq_err_entry& error, const std::string& what);
