@@ -1,5 +1,6 @@
 #include "network.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "../datatypes.h"
@@ -8,33 +9,95 @@
 
 namespace mojoccl {
 
+namespace {
+
+// A ring step's slice travels in segments of about this much: several in
+// flight keep the wire busy, and the reduction of one overlaps the
+// transfer of the next.
+constexpr size_t kSegmentBytes = size_t{1} << 20;
+
+struct Segment {
+  Slice slice;
+  FabricTransport::Ticket arrival = 0;
+};
+
+// `slice` cut into segments (one, if empty: an empty message still travels).
+std::vector<Segment> segmentsOf(Slice slice, size_t elementSize) {
+  const size_t perSegment = std::max<size_t>(1, kSegmentBytes / elementSize);
+  std::vector<Segment> segments;
+  forEachChunk(slice.end - slice.begin, perSegment, [&](size_t offset, size_t count) {
+    segments.push_back({{slice.begin + offset, slice.begin + offset + count}});
+  });
+  return segments;
+}
+
+size_t bytesOf(Slice slice, size_t elementSize) { return (slice.end - slice.begin) * elementSize; }
+
+}  // namespace
+
 void networkAllReduce(const NetworkGroup& group, void* data, size_t count, ncclDataType_t datatype,
                       ncclRedOp_t op) {
   const int n = group.size();
   if (n == 1) return;
+  FabricTransport& fabric = group.fabric;
   const size_t size = datatypeSize(datatype);
   const int next = group.ranks[(group.self + 1) % n];
   const int previous = group.ranks[(group.self + n - 1) % n];
   auto slice = [&](int index) { return sliceOf(count, n, ((index % n) + n) % n, size); };
-  std::vector<char> incoming(slice(0).end * size);
+  auto sendOn = [&](Slice piece) { return fabric.postSend(next, bytesAt(data, piece.begin, size), bytesOf(piece, size)); };
+  // Two buffers for the slices arriving from behind: the next step's
+  // receives are posted while this step's segments are folded in.
+  std::vector<char> incoming[2];
+  auto receiveStep = [&](int step) {
+    const Slice in = slice(group.self - step - 1);
+    std::vector<char>& into = incoming[step % 2];
+    into.resize(bytesOf(in, size));
+    std::vector<Segment> segments = segmentsOf(in, size);
+    for (Segment& segment : segments)
+      segment.arrival = fabric.postRecv(previous, into.data() + (segment.slice.begin - in.begin) * size,
+                                        bytesOf(segment.slice, size));
+    return segments;
+  };
 
   // Reduce-scatter: at step s we pass on slice (self - s) and fold slice
-  // (self - s - 1) arriving from behind into ours; slice self + 1 ends whole.
+  // (self - s - 1) arriving from behind into ours, segment by segment; a
+  // folded segment is what the next step sends on (after the last step, the
+  // all-gather's first), so it goes at once. Receives are posted before the
+  // sends they answer, so that a message finds its receive waiting.
+  std::vector<FabricTransport::Ticket> overwrittenLater;  // sends from slices the all-gather rewrites
+  std::vector<Segment> arriving = receiveStep(0);
+  for (const Segment& segment : segmentsOf(slice(group.self), size)) overwrittenLater.push_back(sendOn(segment.slice));
   for (int step = 0; step < n - 1; ++step) {
-    Slice out = slice(group.self - step), in = slice(group.self - step - 1);
-    group.fabric.postSend(next, bytesAt(data, out.begin, size), (out.end - out.begin) * size);
-    group.fabric.postRecv(previous, incoming.data(), (in.end - in.begin) * size);
-    group.fabric.waitAll(group.what);
-    const void* sources[2] = {bytesAt(data, in.begin, size), incoming.data()};
-    reduce(bytesAt(data, in.begin, size), sources, 2, in.end - in.begin, datatype, op, 1);
+    std::vector<Segment> following = step + 1 < n - 1 ? receiveStep(step + 1) : std::vector<Segment>{};
+    const Slice in = slice(group.self - step - 1);
+    const char* from = incoming[step % 2].data();
+    for (const Segment& segment : arriving) {
+      fabric.waitFor(segment.arrival, group.what);
+      const void* sources[2] = {bytesAt(data, segment.slice.begin, size), from + (segment.slice.begin - in.begin) * size};
+      reduce(bytesAt(data, segment.slice.begin, size), sources, 2, segment.slice.end - segment.slice.begin, datatype,
+             op, 1);
+      FabricTransport::Ticket sent = sendOn(segment.slice);
+      if (step + 1 < n - 1) overwrittenLater.push_back(sent);
+    }
+    arriving = std::move(following);
   }
-  // All-gather: the whole slices travel once round the ring.
+
+  // All-gather: the whole slices travel once round the ring, each segment
+  // passed on as it lands. Its receives write over slices sent above: those
+  // sends are complete first.
+  for (FabricTransport::Ticket ticket : overwrittenLater) fabric.waitFor(ticket, group.what);
+  std::vector<std::vector<Segment>> gathered;
   for (int step = 0; step < n - 1; ++step) {
-    Slice out = slice(group.self + 1 - step), in = slice(group.self - step);
-    group.fabric.postSend(next, bytesAt(data, out.begin, size), (out.end - out.begin) * size);
-    group.fabric.postRecv(previous, bytesAt(data, in.begin, size), (in.end - in.begin) * size);
-    group.fabric.waitAll(group.what);
+    gathered.push_back(segmentsOf(slice(group.self - step), size));
+    for (Segment& segment : gathered.back())
+      segment.arrival = fabric.postRecv(previous, bytesAt(data, segment.slice.begin, size), bytesOf(segment.slice, size));
   }
+  for (int step = 0; step + 1 < n - 1; ++step)
+    for (const Segment& segment : gathered[step]) {
+      fabric.waitFor(segment.arrival, group.what);
+      sendOn(segment.slice);
+    }
+  fabric.waitAll(group.what);
 }
 
 void networkBroadcast(const NetworkGroup& group, void* data, size_t bytes, int root) {
@@ -49,11 +112,10 @@ void networkBroadcast(const NetworkGroup& group, void* data, size_t bytes, int r
 
 void networkAllGather(const NetworkGroup& group, const std::vector<char*>& blocks,
                       const std::vector<size_t>& blockBytes) {
-  for (int member = 0; member < group.size(); ++member) {
-    if (member == group.self) continue;
-    group.fabric.postRecv(group.ranks[member], blocks[member], blockBytes[member]);
-    group.fabric.postSend(group.ranks[member], blocks[group.self], blockBytes[group.self]);
-  }
+  for (int member = 0; member < group.size(); ++member)
+    if (member != group.self) group.fabric.postRecv(group.ranks[member], blocks[member], blockBytes[member]);
+  for (int member = 0; member < group.size(); ++member)
+    if (member != group.self) group.fabric.postSend(group.ranks[member], blocks[group.self], blockBytes[group.self]);
   group.fabric.waitAll(group.what);
 }
 

@@ -278,14 +278,14 @@ uint64_t FabricTransport::tag(int sender, uint32_t counter) const {
   return (static_cast<uint64_t>(sender) << kCounterBits) | (counter & kCounterMask);
 }
 
-void FabricTransport::postSend(int peer, const void* data, size_t bytes) {
+FabricTransport::Ticket FabricTransport::postSend(int peer, const void* data, size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
-  postOrCancel(peer, true, static_cast<char*>(const_cast<void*>(data)), bytes, nullptr);
+  return postOrCancel(peer, true, static_cast<char*>(const_cast<void*>(data)), bytes, nullptr);
 }
 
-void FabricTransport::postRecv(int peer, void* data, size_t bytes) {
+FabricTransport::Ticket FabricTransport::postRecv(int peer, void* data, size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
-  postOrCancel(peer, false, static_cast<char*>(data), bytes, nullptr);
+  return postOrCancel(peer, false, static_cast<char*>(data), bytes, nullptr);
 }
 
 void FabricTransport::postRecvUpTo(int peer, void* data, size_t bytes, size_t* received) {
@@ -306,10 +306,11 @@ void FabricTransport::postBufferedSend(int peer, const void* data, size_t bytes)
 }
 
 // A post that fails leaves the ranks out of step, as a failed wait does.
-void FabricTransport::postOrCancel(int peer, bool isSend, char* base, size_t bytes,
-                                   const std::shared_ptr<std::vector<char>>& copy, size_t* received) {
+FabricTransport::Ticket FabricTransport::postOrCancel(int peer, bool isSend, char* base, size_t bytes,
+                                                     const std::shared_ptr<std::vector<char>>& copy,
+                                                     size_t* received) {
   try {
-    post(peer, isSend, base, bytes, copy, received);
+    return post(peer, isSend, base, bytes, copy, received);
   } catch (const Error&) {
     cancelPending();
     throw;
@@ -319,10 +320,11 @@ void FabricTransport::postOrCancel(int peer, bool isSend, char* base, size_t byt
 // Posts `bytes` in pieces of at most maxMessage_; an empty message still
 // travels, as the receiver waits for it. Every piece of a buffered send
 // holds its `copy`.
-void FabricTransport::post(int peer, bool isSend, char* base, size_t bytes,
-                           const std::shared_ptr<std::vector<char>>& copy, size_t* received) {
+FabricTransport::Ticket FabricTransport::post(int peer, bool isSend, char* base, size_t bytes,
+                                             const std::shared_ptr<std::vector<char>>& copy, size_t* received) {
   const bool buffered = copy != nullptr;
   if (!failure_.empty()) fail(ncclRemoteError, failure_);
+  const Ticket ticket = ++lastTicket_;
   // Named only when something goes wrong: posting is on every message's path.
   auto what = [&] { return std::string(isSend ? "a send to" : "a receive from") + " rank " + std::to_string(peer); };
   size_t offset = 0;
@@ -333,6 +335,8 @@ void FabricTransport::post(int peer, bool isSend, char* base, size_t bytes,
     pending_.push_back({{}, peer, isSend, piece, buffered, copy, messageTag, base + offset, -1});
     Request& request = pending_.back();
     request.received = received;
+    request.ticket = ticket;
+    ++piecesLeft_[ticket];
     (buffered ? buffered_ : waitedFor_) += 1;
     offset += piece;
     void* descriptor = descriptorFor(request.user, piece);
@@ -351,6 +355,7 @@ void FabricTransport::post(int peer, bool isSend, char* base, size_t bytes,
     }
   } while (offset < bytes);
   submitStaged();
+  return ticket;
 }
 
 // Hands one message to the provider; false when its queue is full.
@@ -388,11 +393,20 @@ void FabricTransport::submitStaged() {
 
 void FabricTransport::waitAll(const std::string& what) {
   std::unique_lock<std::mutex> lock(mutex_);
+  waitUntil([this] { return waitedFor_ == 0; }, what);
+}
+
+void FabricTransport::waitFor(Ticket ticket, const std::string& what) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  waitUntil([&] { return piecesLeft_.count(ticket) == 0; }, what);
+}
+
+void FabricTransport::waitUntil(const std::function<bool()>& done, const std::string& what) {
   waiting_ = true;
   try {
     auto lastProgress = std::chrono::steady_clock::now(), lastCheck = lastProgress;
     uint64_t seen = completed_;
-    while (waitedFor_ > 0) {
+    while (!done()) {
       if (!failure_.empty()) fail(ncclRemoteError, failure_);
       progress(what);
       auto now = std::chrono::steady_clock::now();
@@ -470,6 +484,7 @@ void FabricTransport::cancelPending() {
   }
   for (auto& queue : waitingForSlot_) queue.clear();
   pending_.clear();
+  piecesLeft_.clear();
   waitedFor_ = buffered_ = 0;
 }
 
@@ -494,6 +509,8 @@ void FabricTransport::complete(Request& request, size_t length, const std::strin
   request.done = true;
   ++completed_;
   (request.buffered ? buffered_ : waitedFor_) -= 1;
+  auto left = piecesLeft_.find(request.ticket);
+  if (left != piecesLeft_.end() && --left->second == 0) piecesLeft_.erase(left);
   const bool upTo = request.received != nullptr;
   if (request.slot >= 0) {
     if (!request.isSend && (length == request.bytes || upTo))

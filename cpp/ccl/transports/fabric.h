@@ -69,11 +69,12 @@ class FabricTransport {
   FabricTransport(const FabricTransport&) = delete;
   FabricTransport& operator=(const FabricTransport&) = delete;
 
-  // Posts a message that completes in waitAll(); the buffer must stay valid
-  // until then.
-  void postSend(int peer, const void* data, size_t bytes);
+  // Posts a message that completes in waitAll(), or waitFor() its ticket;
+  // the buffer must stay valid until then.
+  using Ticket = uint64_t;
+  Ticket postSend(int peer, const void* data, size_t bytes);
   // A message of another size than `bytes` is an error.
-  void postRecv(int peer, void* data, size_t bytes);
+  Ticket postRecv(int peer, void* data, size_t bytes);
   // A receive that takes one message of up to `bytes`, whose length goes to
   // `*received`: what ranks that may disagree exchange in one message (a
   // call's signature at the front, its data behind), each receiving into
@@ -85,6 +86,9 @@ class FabricTransport {
   // Progresses every message posted with postSend/postRecv to completion.
   // `what` names the operation in errors ("ncclAllReduce(...) across nodes").
   void waitAll(const std::string& what);
+  // Progresses them until the message of `ticket` is complete: what a
+  // pipelined algorithm waits for before it uses that piece.
+  void waitFor(Ticket ticket, const std::string& what);
 
   // Called about every millisecond while a wait makes no progress, with the
   // ranks it waits on; throws to end the wait (a rank that died or left
@@ -110,6 +114,7 @@ class FabricTransport {
     int slot;    // of the staging region once it has one, or -1
     bool done = false;
     size_t* received = nullptr;  // postRecvUpTo's: a shorter message is taken
+    Ticket ticket = 0;           // of the post it is a piece of
   };
   // Where a provider needs registered buffers (FI_MR_LOCAL), memory that
   // is not an ncclMemAlloc region travels through this region, registered
@@ -130,10 +135,12 @@ class FabricTransport {
   bool submit(Request& request, char* wire, void* descriptor);
   void submitStaged();
   // With mutex_ held, as every function below.
-  void post(int peer, bool isSend, char* base, size_t bytes,
-            const std::shared_ptr<std::vector<char>>& copy, size_t* received = nullptr);
-  void postOrCancel(int peer, bool isSend, char* base, size_t bytes,
-                    const std::shared_ptr<std::vector<char>>& copy, size_t* received = nullptr);
+  Ticket post(int peer, bool isSend, char* base, size_t bytes,
+              const std::shared_ptr<std::vector<char>>& copy, size_t* received = nullptr);
+  Ticket postOrCancel(int peer, bool isSend, char* base, size_t bytes,
+                      const std::shared_ptr<std::vector<char>>& copy, size_t* received = nullptr);
+  // Progresses until `done()`, with waitAll's checks (mutex_ held).
+  void waitUntil(const std::function<bool()>& done, const std::string& what);
   void complete(Request& request, size_t length, const std::string& what);
   void progress(const std::string& what);
   [[noreturn]] void failRequest(const fi_cq_err_entry& error, const std::string& what);
@@ -173,6 +180,8 @@ class FabricTransport {
   std::list<Request> pending_;  // stable addresses: libfabric holds them
   uint64_t completed_ = 0;      // requests completed since the transport was made
   size_t waitedFor_ = 0;        // posted with postSend/postRecv and not yet complete
+  Ticket lastTicket_ = 0;
+  std::map<Ticket, size_t> piecesLeft_;  // of the posts not yet complete
   size_t buffered_ = 0;         // buffered sends not yet complete
   bool waiting_ = false;        // a caller is in waitAll(), progressing everything
   bool stopping_ = false;
