@@ -454,6 +454,7 @@ void Comm::allGatherAcrossNodes(const Call& call) {
 }
 
 void Comm::reduceScatterAcrossNodes(const Call& call) {
+  if (acrossNodesType(call.datatype) == call.datatype && nodesAreRankRanges()) return reduceScatterByNodes(call);
   // The whole all-reduce, of which this rank keeps its block.
   const size_t block = call.count * datatypeSize(call.datatype);
   Call whole = call;
@@ -462,6 +463,50 @@ void Comm::reduceScatterAcrossNodes(const Call& call) {
   char* result = scratch(block * size_);
   allReduceAcrossNodes(whole, result);
   std::memcpy(call.recv, result + rank_ * block, block);
+}
+
+// Each node's ranks are consecutive, nodes in rank order (as launchers
+// place ranks by default): a node's blocks of a reduce-scatter are one
+// range of the buffer.
+bool Comm::nodesAreRankRanges() const {
+  int expected = 0;
+  for (const auto& node : nodes_)
+    for (int rank : node)
+      if (rank != expected++) return false;
+  return true;
+}
+
+// The leaders reduce-scatter the node sums round the ring, each ending with
+// its node's blocks: half the traffic of the whole all-reduce. Then each
+// leader hands its node those blocks.
+void Comm::reduceScatterByNodes(const Call& call) {
+  const size_t size = datatypeSize(call.datatype);
+  char* result = scratch(call.count * size_ * size);
+  const ncclRedOp_t op = call.op == ncclAvg ? ncclSum : call.op;
+  Call toLeader = call;
+  toLeader.kind = CallKind::Reduce;
+  toLeader.count = call.count * size_;
+  toLeader.recv = result;
+  toLeader.op = op;
+  toLeader.root = leader();
+  localReduce(toLeader);
+  std::vector<Slice> byNode;
+  for (const auto& node : nodes_) byNode.push_back({node.front() * call.count, (node.back() + 1) * call.count});
+  const Slice ours = byNode[node_];
+  if (isLeader()) {
+    networkReduceScatter(leaders(call), result, byNode, 0, call.datatype, op, nullptr);
+    if (call.op == ncclAvg) {
+      const void* sum[1] = {bytesAt(result, ours.begin, size)};
+      mojoccl::reduce(bytesAt(result, ours.begin, size), sum, 1, ours.end - ours.begin, call.datatype, ncclAvg, size_);
+    }
+  }
+  Call fromLeader = call;
+  fromLeader.kind = CallKind::Broadcast;
+  fromLeader.send = fromLeader.recv = bytesAt(result, ours.begin, size);
+  fromLeader.count = ours.end - ours.begin;
+  fromLeader.root = leader();
+  localBroadcast(fromLeader);
+  std::memcpy(call.recv, bytesAt(result, rank_ * call.count, size), call.count * size);
 }
 
 void Comm::reduceAcrossNodes(const Call& call) {

@@ -110,6 +110,8 @@ class Comm {
   std::string nodeDisagreement(const Call& call);
   std::string disagreementAcrossNodes(const char* reports, size_t stride) const;
   void smallAllReduceAcrossNodes(const Call& call);
+  bool nodesAreRankRanges() const;
+  void reduceScatterByNodes(const Call& call);
   std::string exchangeNodeFrames(const Call& call, size_t payloadBytes);
   char* frame(size_t node);  // each node's report (and data), in frames_
   // The all-reduce of `call` with its result in `result` on every rank.

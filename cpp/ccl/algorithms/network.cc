@@ -35,21 +35,23 @@ size_t bytesOf(Slice slice, size_t elementSize) { return (slice.end - slice.begi
 
 }  // namespace
 
-void networkAllReduce(const NetworkGroup& group, void* data, size_t count, ncclDataType_t datatype,
-                      ncclRedOp_t op) {
+void networkReduceScatter(const NetworkGroup& group, void* data, const std::vector<Slice>& slices, int shift,
+                          ncclDataType_t datatype, ncclRedOp_t op, const std::function<void(Slice)>& whole) {
   const int n = group.size();
   if (n == 1) return;
   FabricTransport& fabric = group.fabric;
   const size_t size = datatypeSize(datatype);
   const int next = group.ranks[(group.self + 1) % n];
   const int previous = group.ranks[(group.self + n - 1) % n];
-  auto slice = [&](int index) { return sliceOf(count, n, ((index % n) + n) % n, size); };
+  // At step s we pass on slice (self + shift - 1 - s) and fold in the one
+  // behind it, so that after n - 1 steps slice (self + shift) is whole.
+  auto slice = [&](int step) { return slices[(((group.self + shift - 1 - step) % n) + n) % n]; };
   auto sendOn = [&](Slice piece) { return fabric.postSend(next, bytesAt(data, piece.begin, size), bytesOf(piece, size)); };
   // Two buffers for the slices arriving from behind: the next step's
   // receives are posted while this step's segments are folded in.
   std::vector<char> incoming[2];
   auto receiveStep = [&](int step) {
-    const Slice in = slice(group.self - step - 1);
+    const Slice in = slice(step + 1);
     std::vector<char>& into = incoming[step % 2];
     into.resize(bytesOf(in, size));
     std::vector<Segment> segments = segmentsOf(in, size);
@@ -58,34 +60,49 @@ void networkAllReduce(const NetworkGroup& group, void* data, size_t count, ncclD
                                         bytesOf(segment.slice, size));
     return segments;
   };
-
-  // Reduce-scatter: at step s we pass on slice (self - s) and fold slice
-  // (self - s - 1) arriving from behind into ours, segment by segment; a
-  // folded segment is what the next step sends on (after the last step, the
-  // all-gather's first), so it goes at once. Receives are posted before the
-  // sends they answer, so that a message finds its receive waiting.
-  std::vector<FabricTransport::Ticket> overwrittenLater;  // sends from slices the all-gather rewrites
+  std::vector<FabricTransport::Ticket> sent;
   std::vector<Segment> arriving = receiveStep(0);
-  for (const Segment& segment : segmentsOf(slice(group.self), size)) overwrittenLater.push_back(sendOn(segment.slice));
+  for (const Segment& segment : segmentsOf(slice(0), size)) sent.push_back(sendOn(segment.slice));
   for (int step = 0; step < n - 1; ++step) {
     std::vector<Segment> following = step + 1 < n - 1 ? receiveStep(step + 1) : std::vector<Segment>{};
-    const Slice in = slice(group.self - step - 1);
+    const Slice in = slice(step + 1);
     const char* from = incoming[step % 2].data();
     for (const Segment& segment : arriving) {
       fabric.waitFor(segment.arrival, group.what);
       const void* sources[2] = {bytesAt(data, segment.slice.begin, size), from + (segment.slice.begin - in.begin) * size};
       reduce(bytesAt(data, segment.slice.begin, size), sources, 2, segment.slice.end - segment.slice.begin, datatype,
              op, 1);
-      FabricTransport::Ticket sent = sendOn(segment.slice);
-      if (step + 1 < n - 1) overwrittenLater.push_back(sent);
+      // A folded segment is what the next step sends on; after the last
+      // step it is whole, and the caller's.
+      if (step + 1 < n - 1)
+        sent.push_back(sendOn(segment.slice));
+      else if (whole)
+        whole(segment.slice);
     }
     arriving = std::move(following);
   }
+  for (FabricTransport::Ticket ticket : sent) fabric.waitFor(ticket, group.what);
+}
 
+void networkAllReduce(const NetworkGroup& group, void* data, size_t count, ncclDataType_t datatype,
+                      ncclRedOp_t op) {
+  const int n = group.size();
+  if (n == 1) return;
+  FabricTransport& fabric = group.fabric;
+  const size_t size = datatypeSize(datatype);
+  const int next = group.ranks[(group.self + 1) % n];
+  const int previous = group.ranks[(group.self + n - 1) % n];
+  std::vector<Slice> slices;
+  for (int part = 0; part < n; ++part) slices.push_back(sliceOf(count, n, part, size));
+  auto slice = [&](int index) { return slices[((index % n) + n) % n]; };
+  auto sendOn = [&](Slice piece) { return fabric.postSend(next, bytesAt(data, piece.begin, size), bytesOf(piece, size)); };
+
+  // Reduce-scatter, ending with slice self + 1 whole here; each of its
+  // segments starts round the ring again as soon as it is.
+  networkReduceScatter(group, data, slices, 1, datatype, op, [&](Slice piece) { sendOn(piece); });
   // All-gather: the whole slices travel once round the ring, each segment
-  // passed on as it lands. Its receives write over slices sent above: those
-  // sends are complete first.
-  for (FabricTransport::Ticket ticket : overwrittenLater) fabric.waitFor(ticket, group.what);
+  // passed on as it lands (the reduce-scatter's sends from the slices
+  // written here are complete).
   std::vector<std::vector<Segment>> gathered;
   for (int step = 0; step < n - 1; ++step) {
     gathered.push_back(segmentsOf(slice(group.self - step), size));

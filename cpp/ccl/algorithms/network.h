@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../transports/fabric.h"
+#include "layout.h"
 #include "mojoccl/nccl.h"
 
 namespace mojoccl {
@@ -25,6 +26,14 @@ struct NetworkGroup {
 // `op` must not be ncclAvg (the caller divides once, by the whole count).
 void networkAllReduce(const NetworkGroup& group, void* data, size_t count, ncclDataType_t datatype,
                       ncclRedOp_t op);
+
+// Reduce-scatter round the ring, in place, pipelined in segments: member m
+// ends with slices[(m + shift) % size] reduced over every member (of the
+// others, what was there is overwritten with partial sums). `whole(piece)`
+// is called for each segment of that slice as it becomes whole, while the
+// rest still travels. Every member passes the same slices.
+void networkReduceScatter(const NetworkGroup& group, void* data, const std::vector<Slice>& slices, int shift,
+                          ncclDataType_t datatype, ncclRedOp_t op, const std::function<void(Slice)>& whole);
 
 // `bytes` from group member `root` to every other member, in place.
 void networkBroadcast(const NetworkGroup& group, void* data, size_t bytes, int root);
