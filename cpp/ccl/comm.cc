@@ -312,7 +312,7 @@ std::string Comm::exchangeNodeFrames(const Call& call, size_t payloadBytes) {
   std::vector<char*> frames;
   for (size_t node = 0; node < nodes_.size(); ++node) frames.push_back(frame(node));
   // The choice depends on no call's size, so that ranks whose calls differ choose alike.
-  if (kFrameRoom <= fabric_->maxMessage()) {
+  if (framesFit()) {
     std::vector<size_t> received;
     networkExchangeFrames(leaders(call), frames, sizeof(NodeReport) + payloadBytes, kFrameRoom, received);
   } else if (payloadBytes == 0) {
@@ -328,6 +328,64 @@ std::string Comm::exchangeNodeFrames(const Call& call, size_t payloadBytes) {
       std::memcpy(frames[node] + sizeof(NodeReport), payloads[node].data(), std::min(payloads[node].size(), payloadBytes));
   }
   return disagreementAcrossNodes(frames[0], kFrameRoom);
+}
+
+bool Comm::framesFit() const { return kFrameRoom <= fabric_->maxMessage(); }
+
+// A small all-gather (up to 64 KiB in all, where a frame is one message)
+// takes one exchange between nodes: each leader sends its node's report
+// with the node's blocks behind it, puts every node's blocks in rank order,
+// and hands its node the verdict and the result in one broadcast.
+void Comm::smallAllGatherAcrossNodes(const Call& call) {
+  const size_t block = call.count * datatypeSize(call.datatype);
+  auto blocks = [&](size_t node) { return frame(node) + sizeof(NodeReport); };
+  NodeReport& mine = *reinterpret_cast<NodeReport*>(frame(node_));
+  mine = NodeReport{};
+  mine.signature = CallSignature::of(call);
+  copyText(mine.problem, nodeDisagreement(call));
+  if (mine.problem[0] == '\0') {
+    Call inNode = call;
+    inNode.recv = blocks(node_);
+    localAllGather(inNode);
+  }
+  char* handBack = scratch(kVerdictBytes + block * size_);  // the verdict, then the result
+  if (isLeader()) {
+    copyText(handBack, exchangeNodeFrames(call, nodes_[node_].size() * block));
+    if (handBack[0] == '\0')
+      for (size_t node = 0; node < nodes_.size(); ++node)
+        for (size_t i = 0; i < nodes_[node].size(); ++i)
+          std::memcpy(handBack + kVerdictBytes + nodes_[node][i] * block, blocks(node) + i * block, block);
+  }
+  localBroadcast({CallKind::Broadcast, handBack, handBack, kVerdictBytes + block * size_, ncclInt8, ncclSum,
+                  leader(), call.sequence});
+  if (handBack[0] != '\0') throw MismatchError(handBack);
+  std::memcpy(call.recv, handBack + kVerdictBytes, block * size_);
+}
+
+// A small broadcast (up to 64 KiB) takes one exchange between nodes: the
+// root's node broadcasts within itself, then its leader's frame carries the
+// data behind its report; every other leader hands its node the verdict and
+// the data in one broadcast.
+void Comm::smallBroadcastAcrossNodes(const Call& call) {
+  const size_t bytes = call.count * datatypeSize(call.datatype);
+  const int rootNode = nodeOfRank_[call.root];
+  const bool rootHere = node_ == rootNode;
+  NodeReport& mine = *reinterpret_cast<NodeReport*>(frame(node_));
+  mine = NodeReport{};
+  mine.signature = CallSignature::of(call);
+  copyText(mine.problem, nodeDisagreement(call));
+  if (rootHere && mine.problem[0] == '\0') localBroadcast(call);
+  const size_t handed = kVerdictBytes + (rootHere ? 0 : bytes);
+  char* handBack = scratch(handed);  // the verdict, then the data
+  if (isLeader()) {
+    if (rootHere) std::memcpy(frame(node_) + sizeof(NodeReport), call.recv, bytes);
+    copyText(handBack, exchangeNodeFrames(call, rootHere ? bytes : 0));
+    if (!rootHere && handBack[0] == '\0')
+      std::memcpy(handBack + kVerdictBytes, frame(rootNode) + sizeof(NodeReport), bytes);
+  }
+  localBroadcast({CallKind::Broadcast, handBack, handBack, handed, ncclInt8, ncclSum, leader(), call.sequence});
+  if (handBack[0] != '\0') throw MismatchError(handBack);
+  if (!rootHere) std::memcpy(call.recv, handBack + kVerdictBytes, bytes);
 }
 
 // A small all-reduce takes one exchange between nodes: each leader sends its
@@ -547,13 +605,16 @@ bool Comm::collectiveOnDevice(Call call, ncclStream_t stream) {
 }
 
 void Comm::broadcast(const void* send, void* recv, size_t count, ncclDataType_t datatype, int root) {
+  const bool small = count * datatypeSize(datatype) <= kOneShotMaxBytes && spansNodes() && framesFit();
   collective({CallKind::Broadcast, send, recv, count, datatype, ncclSum, root, ++calls_},
-             &Comm::localBroadcast, &Comm::broadcastAcrossNodes);
+             &Comm::localBroadcast, small ? &Comm::smallBroadcastAcrossNodes : &Comm::broadcastAcrossNodes, small);
 }
 
 void Comm::allGather(const void* send, void* recv, size_t sendCount, ncclDataType_t datatype) {
+  const bool small = sendCount * datatypeSize(datatype) * size_ <= kOneShotMaxBytes && spansNodes() &&
+                     framesFit();
   collective({CallKind::AllGather, send, recv, sendCount, datatype, ncclSum, 0, ++calls_},
-             &Comm::localAllGather, &Comm::allGatherAcrossNodes);
+             &Comm::localAllGather, small ? &Comm::smallAllGatherAcrossNodes : &Comm::allGatherAcrossNodes, small);
 }
 
 void Comm::reduceScatter(const void* send, void* recv, size_t recvCount, ncclDataType_t datatype,

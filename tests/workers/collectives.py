@@ -751,6 +751,11 @@ def check_bad_input(m):
         # first), and still meet.
         m.raises("small against large", RuntimeError, "collective mismatch",
                  lambda: dist.all_reduce(torch.ones(8 if m.rank == 0 else 100_000)))
+        m.raises("broadcast small against large", RuntimeError, "collective mismatch",
+                 lambda: dist.broadcast(torch.ones(8 if m.rank == 0 else 100_000), src=0))
+        m.raises("all_gather small against large", RuntimeError, "collective mismatch",
+                 lambda: dist.all_gather_into_tensor(torch.empty(m.world * (8 if m.rank == 0 else 100_000)),
+                                                     torch.ones(8 if m.rank == 0 else 100_000)))
         m.raises("sparse shapes", ValueError, "every rank must pass a tensor of one shape",
                  lambda: dist.all_reduce(torch.sparse_coo_tensor(torch.zeros(2, 0, dtype=torch.long),
                                                                  torch.zeros(0), (3 + m.rank, 4))))
