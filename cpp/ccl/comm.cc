@@ -286,15 +286,20 @@ std::string Comm::disagreementAcrossNodes(const char* reports, size_t stride) co
 // raises the same MismatchError on every rank, and the communicator stays
 // usable, as within one node.
 void Comm::agreeAcrossNodes(const Call& call) {
-  NodeReport& mine = *reinterpret_cast<NodeReport*>(frame(node_));
-  mine = NodeReport{};
-  mine.signature = CallSignature::of(call);
-  copyText(mine.problem, nodeDisagreement(call));
+  reportInFrame(call);
   char verdict[kVerdictBytes] = {};
   if (isLeader()) copyText(verdict, exchangeNodeFrames(call, 0));
   localBroadcast({CallKind::Broadcast, verdict, verdict, kVerdictBytes, ncclInt8, ncclSum, leader(),
                   call.sequence});
   if (verdict[0] != '\0') throw MismatchError(verdict);
+}
+
+bool Comm::reportInFrame(const Call& call) {
+  NodeReport& mine = *reinterpret_cast<NodeReport*>(frame(node_));
+  mine = NodeReport{};
+  mine.signature = CallSignature::of(call);
+  copyText(mine.problem, nodeDisagreement(call));
+  return mine.problem[0] == '\0';
 }
 
 char* Comm::frame(size_t node) {
@@ -339,11 +344,7 @@ bool Comm::framesFit() const { return kFrameRoom <= fabric_->maxMessage(); }
 void Comm::smallAllGatherAcrossNodes(const Call& call) {
   const size_t block = call.count * datatypeSize(call.datatype);
   auto blocks = [&](size_t node) { return frame(node) + sizeof(NodeReport); };
-  NodeReport& mine = *reinterpret_cast<NodeReport*>(frame(node_));
-  mine = NodeReport{};
-  mine.signature = CallSignature::of(call);
-  copyText(mine.problem, nodeDisagreement(call));
-  if (mine.problem[0] == '\0') {
+  if (reportInFrame(call)) {
     Call inNode = call;
     inNode.recv = blocks(node_);
     localAllGather(inNode);
@@ -370,11 +371,7 @@ void Comm::smallBroadcastAcrossNodes(const Call& call) {
   const size_t bytes = call.count * datatypeSize(call.datatype);
   const int rootNode = nodeOfRank_[call.root];
   const bool rootHere = node_ == rootNode;
-  NodeReport& mine = *reinterpret_cast<NodeReport*>(frame(node_));
-  mine = NodeReport{};
-  mine.signature = CallSignature::of(call);
-  copyText(mine.problem, nodeDisagreement(call));
-  if (rootHere && mine.problem[0] == '\0') localBroadcast(call);
+  if (reportInFrame(call) && rootHere) localBroadcast(call);
   const size_t handed = kVerdictBytes + (rootHere ? 0 : bytes);
   char* handBack = scratch(handed);  // the verdict, then the data
   if (isLeader()) {
@@ -397,11 +394,7 @@ void Comm::smallAllReduceAcrossNodes(const Call& call) {
   const bool half = type != call.datatype;
   const size_t bytes = call.count * datatypeSize(type);
   auto partial = [&](size_t node) { return frame(node) + sizeof(NodeReport); };
-  NodeReport& mine = *reinterpret_cast<NodeReport*>(frame(node_));
-  mine = NodeReport{};
-  mine.signature = CallSignature::of(call);
-  copyText(mine.problem, nodeDisagreement(call));
-  if (mine.problem[0] == '\0') {
+  if (reportInFrame(call)) {
     Call toLeader = call;
     toLeader.kind = CallKind::Reduce;
     toLeader.datatype = type;

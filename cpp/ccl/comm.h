@@ -117,6 +117,9 @@ class Comm {
   void reduceScatterByNodes(const Call& call);
   std::string exchangeNodeFrames(const Call& call, size_t payloadBytes);
   char* frame(size_t node);  // each node's report (and data), in frames_
+  // Writes this node's report on `call` into our frame (the node's ranks
+  // compare their calls first); true when they agree.
+  bool reportInFrame(const Call& call);
   // The all-reduce of `call` with its result in `result` on every rank.
   void allReduceAcrossNodes(const Call& call, void* result);
   void allReduceAcrossNodesInPlace(const Call& call) { allReduceAcrossNodes(call, call.recv); }

@@ -41,8 +41,7 @@ void networkReduceScatter(const NetworkGroup& group, void* data, const std::vect
   if (n == 1) return;
   FabricTransport& fabric = group.fabric;
   const size_t size = datatypeSize(datatype);
-  const int next = group.ranks[(group.self + 1) % n];
-  const int previous = group.ranks[(group.self + n - 1) % n];
+  const int next = group.next(), previous = group.previous();
   // At step s we pass on slice (self + shift - 1 - s) and fold in the one
   // behind it, so that after n - 1 steps slice (self + shift) is whole.
   auto slice = [&](int step) { return slices[(((group.self + shift - 1 - step) % n) + n) % n]; };
@@ -90,8 +89,7 @@ void networkAllReduce(const NetworkGroup& group, void* data, size_t count, ncclD
   if (n == 1) return;
   FabricTransport& fabric = group.fabric;
   const size_t size = datatypeSize(datatype);
-  const int next = group.ranks[(group.self + 1) % n];
-  const int previous = group.ranks[(group.self + n - 1) % n];
+  const int next = group.next(), previous = group.previous();
   std::vector<Slice> slices;
   for (int part = 0; part < n; ++part) slices.push_back(sliceOf(count, n, part, size));
   auto slice = [&](int index) { return slices[((index % n) + n) % n]; };

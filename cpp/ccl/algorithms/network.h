@@ -19,6 +19,8 @@ struct NetworkGroup {
   int self;                // our index in `ranks`
   std::string what;        // the caller's operation, for errors
   int size() const { return static_cast<int>(ranks.size()); }
+  int next() const { return ranks[(self + 1) % size()]; }  // round the ring
+  int previous() const { return ranks[(self + size() - 1) % size()]; }
 };
 
 // Ring all-reduce in place: a reduce-scatter then an all-gather, each slice
