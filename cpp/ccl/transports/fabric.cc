@@ -199,11 +199,11 @@ FabricTransport::~FabricTransport() {
   if (endpoint_) fi_close(&endpoint_->fid);
   for (auto& registration : registrations_) fi_close(&registration.second->fid);
   if (staging_) {
-    if (traceRegistrations_)
+    if (traceRegistrations_ && staging_->registration)
       fprintf(stderr, "[mojoccl] rank %d: %llu messages went through the registered %zu-byte staging region\n",
               rank_, static_cast<unsigned long long>(staging_->staged), staging_->bytes);
     if (staging_->registration) fi_close(&staging_->registration->fid);
-    munmap(staging_->base, staging_->bytes);
+    if (staging_->base) munmap(staging_->base, staging_->bytes);
   }
   if (av_) fi_close(&av_->fid);
   if (cq_) fi_close(&cq_->fid);
@@ -214,23 +214,35 @@ FabricTransport::~FabricTransport() {
 
 std::string FabricTransport::describe() const { return describeFabric(info_, library_); }
 
-// MOJOCCL_REGION_MB of memory, touched only as far as messages need it,
-// in 16 slots (at most kMaxPiece each): the first half for receives.
+// MOJOCCL_REGION_MB of memory in 16 slots (at most kMaxPiece each), the
+// first half for receives: laid out now, mapped and registered when the
+// first message needs it, since registration pins the memory and many
+// ranks of a communicator never send or receive between nodes.
 void FabricTransport::openStaging() {
   auto region = std::make_unique<StagingRegion>();
   region->bytes = static_cast<size_t>(stagingMegabytes()) << 20;
   region->slotBytes = std::min(region->bytes / 16, kMaxPiece);
-  void* base = mmap(nullptr, region->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (base == MAP_FAILED) failSystem("mmap of the " + std::to_string(region->bytes >> 20) + " MiB staging region (MOJOCCL_REGION_MB)");
-  region->base = static_cast<char*>(base);
-  staging_ = std::move(region);  // unmapped by the destructor from here on
+  for (int slot = 15; slot >= 0; --slot) region->freeSlots[slot >= 8].push_back(slot);
+  staging_ = std::move(region);
+}
+
+void FabricTransport::registerStaging() {
+  if (staging_->base == nullptr) {
+    void* base = mmap(nullptr, staging_->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED)
+      failSystem("mmap of the " + std::to_string(staging_->bytes >> 20) + " MiB staging region (MOJOCCL_REGION_MB)");
+    staging_->base = static_cast<char*>(base);  // unmapped by the destructor from here on
+  }
   int result = registerMemory(staging_->base, staging_->bytes, &staging_->registration);
   if (result != 0)
     fail(ncclSystemError, "registering the " + std::to_string(staging_->bytes >> 20) +
                               " MiB staging region (MOJOCCL_REGION_MB) with libfabric provider " +
-                              info_->fabric_attr->prov_name + " failed: " + library_.strerror(-result));
+                              info_->fabric_attr->prov_name + " failed: " + library_.strerror(-result) +
+                              " (a smaller MOJOCCL_REGION_MB, or a higher locked-memory limit: ulimit -l)");
   staging_->descriptor = fi_mr_desc(staging_->registration);
-  for (int slot = 15; slot >= 0; --slot) staging_->freeSlots[slot >= 8].push_back(slot);
+  if (traceRegistrations_)
+    fprintf(stderr, "[mojoccl] rank %d: registered the %zu-byte staging region with %s\n", rank_, staging_->bytes,
+            info_->fabric_attr->prov_name);
 }
 
 // fi_mr_reg, bound to the endpoint where the provider asks for it; on
@@ -374,7 +386,8 @@ bool FabricTransport::submit(Request& request, char* wire, void* descriptor) {
 
 // Staged messages go, in the order they were posted, as slots free up.
 void FabricTransport::submitStaged() {
-  if (!staging_) return;
+  if (!staging_ || (waitingForSlot_[0].empty() && waitingForSlot_[1].empty())) return;
+  if (staging_->registration == nullptr) registerStaging();
   for (bool isSend : {false, true}) {
     std::deque<Request*>& queue = waitingForSlot_[isSend];
     std::vector<int>& free = staging_->freeSlots[isSend];

@@ -118,8 +118,8 @@ class FabricTransport {
   };
   // Where a provider needs registered buffers (FI_MR_LOCAL), memory that
   // is not an ncclMemAlloc region travels through this region, registered
-  // once: sends are copied into a slot, receives land in one and are copied
-  // out at completion. Sends and receives have slots of their own, so that
+  // once, at its first use: sends are copied into a slot, receives land in
+  // one and are copied out at completion. Sends and receives have slots of their own, so that
   // posted receives can never starve the sends that would complete them.
   struct StagingRegion {
     char* base = nullptr;
@@ -132,6 +132,7 @@ class FabricTransport {
     char* slot(int index) const { return base + index * slotBytes; }
   };
   void openStaging();
+  void registerStaging();  // at the first staged message
   bool submit(Request& request, char* wire, void* descriptor);
   void submitStaged();
   // With mutex_ held, as every function below.
