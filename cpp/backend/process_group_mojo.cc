@@ -83,8 +83,24 @@ std::string whereaboutsKey(uint64_t globalRank) {
   return "torch_mojo_where/" + std::to_string(globalRank);
 }
 
-std::string exitingKey(uint64_t globalRank) {
-  return "torch_mojo_exiting/" + std::to_string(globalRank);
+// The global ranks whose processes are ending, each appended as "R,": one
+// key, read in one round trip however large the job.
+constexpr const char* kExitingKey = "torch_mojo_exiting";
+
+std::set<uint64_t> exitingRanks(c10d::Store& job) {
+  std::set<uint64_t> ranks;
+  if (!job.check({kExitingKey})) return ranks;
+  std::vector<uint8_t> text = job.get(kExitingKey);
+  uint64_t rank = 0;
+  for (uint8_t c : text) {
+    if (c == ',') {
+      ranks.insert(rank);
+      rank = 0;
+    } else {
+      rank = rank * 10 + (c - '0');
+    }
+  }
+  return ranks;
 }
 
 // Every group alive in this process, for announceExit.
@@ -96,7 +112,6 @@ void publishWhereabouts(c10d::Store& job, uint64_t globalRank) {
   gethostname(host, sizeof(host) - 1);
   job.set(whereaboutsKey(globalRank), c10::str("host ", host, ", pid ", getpid()));
 }
-
 
 }  // namespace
 
@@ -166,7 +181,8 @@ void ProcessGroupMojo::announceExit() {
   std::lock_guard<std::mutex> lock(liveGroupsMutex);
   for (ProcessGroupMojo* group : liveGroups) {
     try {
-      jobStore(group->store_)->set(exitingKey(group->globalRank()), std::vector<uint8_t>{1});
+      const std::string entry = std::to_string(group->globalRank()) + ",";
+      jobStore(group->store_)->append(kExitingKey, std::vector<uint8_t>(entry.begin(), entry.end()));
     } catch (const std::exception&) {
       // The store went with its host: the peers will have more to say than this.
     }
@@ -178,9 +194,9 @@ std::vector<int> ProcessGroupMojo::failedRanks() {
   // The store, not the communicator, says who is ending: where a node's
   // first rank has left, the communicator no longer hears of that node.
   try {
-    auto job = jobStore(store_);
+    const std::set<uint64_t> exiting = exitingRanks(*jobStore(store_));
     for (int rank = 0; rank < size_; ++rank)
-      if (rank != rank_ && job->check({exitingKey(globalRanks_[rank])})) failed.push_back(rank);
+      if (rank != rank_ && exiting.count(globalRanks_[rank])) failed.push_back(rank);
   } catch (const std::exception&) {
     // No store to ask: the ranks that ended without leaving are what is known.
   }

@@ -348,7 +348,6 @@ FabricTransport::Ticket FabricTransport::post(int peer, bool isSend, char* base,
     Request& request = pending_.back();
     request.received = received;
     request.ticket = ticket;
-    ++piecesLeft_[ticket];
     (buffered ? buffered_ : waitedFor_) += 1;
     offset += piece;
     void* descriptor = descriptorFor(request.user, piece);
@@ -411,7 +410,11 @@ void FabricTransport::waitAll(const std::string& what) {
 
 void FabricTransport::waitFor(Ticket ticket, const std::string& what) {
   std::unique_lock<std::mutex> lock(mutex_);
-  waitUntil([&] { return piecesLeft_.count(ticket) == 0; }, what);
+  // Completed requests leave pending_ at each progress: none of its pieces is left.
+  waitUntil([&] {
+    return std::none_of(pending_.begin(), pending_.end(),
+                        [&](const Request& request) { return request.ticket == ticket && !request.done; });
+  }, what);
 }
 
 void FabricTransport::waitUntil(const std::function<bool()>& done, const std::string& what) {
@@ -497,7 +500,6 @@ void FabricTransport::cancelPending() {
   }
   for (auto& queue : waitingForSlot_) queue.clear();
   pending_.clear();
-  piecesLeft_.clear();
   waitedFor_ = buffered_ = 0;
 }
 
@@ -522,8 +524,6 @@ void FabricTransport::complete(Request& request, size_t length, const std::strin
   request.done = true;
   ++completed_;
   (request.buffered ? buffered_ : waitedFor_) -= 1;
-  auto left = piecesLeft_.find(request.ticket);
-  if (left != piecesLeft_.end() && --left->second == 0) piecesLeft_.erase(left);
   const bool upTo = request.received != nullptr;
   if (request.slot >= 0) {
     if (!request.isSend && (length == request.bytes || upTo))

@@ -182,7 +182,6 @@ class FabricTransport {
   uint64_t completed_ = 0;      // requests completed since the transport was made
   size_t waitedFor_ = 0;        // posted with postSend/postRecv and not yet complete
   Ticket lastTicket_ = 0;
-  std::map<Ticket, size_t> piecesLeft_;  // of the posts not yet complete
   size_t buffered_ = 0;         // buffered sends not yet complete
   bool waiting_ = false;        // a caller is in waitAll(), progressing everything
   bool stopping_ = false;
