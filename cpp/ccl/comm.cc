@@ -109,9 +109,15 @@ void Comm::openFabric(Bootstrap& bootstrap) {
   fabric_->traceRegistrations(trace);
   watch_ = std::make_unique<PeerWatch>(bootstrap, nodes_, node_, rank_, *shm_, timeoutSeconds);
   // A rank waiting on another node waits on no one here: the node's alarm
-  // tells it that some rank died, the watch's news that a rank it waits on left.
-  fabric_->checkPeersWith([this](const std::vector<int>& waitedOn) {
+  // tells it that some rank died, the watch's news that a rank it waits on
+  // left. That news travels on the watch's own connection and can overtake
+  // the last messages the rank sent before it left, which arrive only as
+  // this rank progresses the fabric: a rank that left is blamed once the
+  // wait has gone that long without a completion.
+  static constexpr auto kLastMessagesGrace = std::chrono::milliseconds(250);
+  fabric_->checkPeersWith([this](const std::vector<int>& waitedOn, std::chrono::steady_clock::duration quiet) {
     shm_->checkNodeAlarm();
+    if (quiet < kLastMessagesGrace) return;
     for (int peer : waitedOn)
       if (shm_->remoteDeparted(peer))
         fail(ncclRemoteError, "rank " + std::to_string(peer) + " destroyed or aborted its communicator");
@@ -130,9 +136,9 @@ void Comm::releaseTransports() {
   std::vector<int> failed = failedRanks();
   std::lock_guard<std::mutex> lock(transportsMutex_);
   failedAtRelease_ = std::move(failed);
+  fabric_.reset();
   watch_.reset();
   shm_.reset();
-  fabric_.reset();
   devicePeers_.reset();
 }
 

@@ -153,9 +153,12 @@ class Comm {
   std::vector<std::vector<int>> nodes_;  // each node's ranks; nodes ordered by their lowest rank
   std::vector<int> nodeOfRank_;
   int node_ = 0;  // ours
+  // They go in the reverse order of these lines (releaseTransports() too):
+  // the fabric first, delivering this rank's last sends, and only then the
+  // watch, which tells the other nodes that this rank left.
   std::unique_ptr<ShmTransport> shm_;
-  std::unique_ptr<FabricTransport> fabric_;  // only when the communicator spans nodes
-  std::unique_ptr<PeerWatch> watch_;         // likewise; stopped before the transports go
+  std::unique_ptr<PeerWatch> watch_;         // only when the communicator spans nodes
+  std::unique_ptr<FabricTransport> fabric_;  // likewise
   std::mutex transportsMutex_;               // failedRanks() may race with releaseTransports()
   std::vector<int> failedAtRelease_;
   bool devicePeersRequested_;                // MOJOCCL_DEVICE_PEERS=1

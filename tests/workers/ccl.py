@@ -103,13 +103,25 @@ def main():
                 break
         print(f"steps {step}", flush=True)
     elif scenario == "node_leaves_early":
-        # The second node's ranks destroy the communicator and exit; the
-        # first node's go on with messages between themselves.
+        # The second node's ranks destroy the communicator and exit, rank 2
+        # right after sending rank 0 a large and a small message, which rank
+        # 0 still receives after they left; the first node's ranks go on
+        # with messages between themselves.
         library.all_reduce(comm, data, out)
+        large = np.arange(1 << 20, dtype=np.float32)  # 4 MiB: taken by rendezvous, as rank 0 progresses
         if rank >= 2:
+            if rank == 2:
+                library.send(comm, large, 0)
+                library.send(comm, data, 0)
             library.lib.ncclCommDestroy(comm)
             os._exit(0)
         time.sleep(1.5)
+        if rank == 0:
+            late_large, late_small = np.empty_like(large), np.empty_like(data)
+            library.recv(comm, late_large, 2)
+            library.recv(comm, late_small, 2)
+            assert np.array_equal(late_large, large) and np.array_equal(late_small, data * 3)  # rank 2's
+            print("ok the last messages of a rank that left", flush=True)
         for _ in range(10):
             library.send(comm, data, 1 - rank) if rank == 0 else library.recv(comm, out, 0)
             library.recv(comm, out, 1) if rank == 0 else library.send(comm, data, 0)

@@ -192,7 +192,7 @@ FabricTransport::~FabricTransport() {
     while (buffered_ > 0 && failure_.empty() && !aborted_.load() &&
            std::chrono::steady_clock::now() < deadline) {
       progress("ncclCommDestroy");
-      if (checkPeers_) checkPeers_({});  // no use waiting once a rank died
+      if (checkPeers_) checkPeers_({}, {});  // no use waiting once a rank died
     }
   } catch (const Error&) {
   }
@@ -360,7 +360,7 @@ FabricTransport::Ticket FabricTransport::post(int peer, bool isSend, char* base,
     while (!submit(request, request.user, descriptor)) {
       progress(what());  // the queue is full: completions make room
       if (aborted_.load()) fail(ncclInvalidUsage, "the communicator was aborted");
-      if (checkPeers_) checkPeers_({peer});
+      if (checkPeers_) checkPeers_({peer}, std::chrono::steady_clock::now() - start);
       if (std::chrono::steady_clock::now() - start > std::chrono::seconds(timeoutSeconds_))
         failTimedOut(what(), peer);
     }
@@ -434,7 +434,7 @@ void FabricTransport::waitUntil(const std::function<bool()>& done, const std::st
       if (aborted_.load()) fail(ncclInvalidUsage, "the communicator was aborted");
       if (checkPeers_ && now - lastCheck > std::chrono::milliseconds(1)) {
         lastCheck = now;
-        checkPeers_(peersWaitedOn());
+        checkPeers_(peersWaitedOn(), now - lastProgress);
       }
       if (now - lastProgress > std::chrono::seconds(timeoutSeconds_)) failTimedOut(what, oldestPeer());
     }
@@ -542,7 +542,7 @@ void FabricTransport::complete(Request& request, size_t length, const std::strin
 
 void FabricTransport::failRequest(const fi_cq_err_entry& error, const std::string& what) {
   // A rank known to have died explains a broken connection better.
-  if (checkPeers_) checkPeers_({});
+  if (checkPeers_) checkPeers_({}, {});
   auto* request = reinterpret_cast<Request*>(error.op_context);
   std::string peer = request ? "rank " + std::to_string(request->peer) + " (" +
                                    ranks_[request->peer].hostname + ")"

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -91,9 +92,10 @@ class FabricTransport {
   void waitFor(Ticket ticket, const std::string& what);
 
   // Called about every millisecond while a wait makes no progress, with the
-  // ranks it waits on; throws to end the wait (a rank that died or left
-  // elsewhere, transports/peer_watch.h).
-  using PeerCheck = std::function<void(const std::vector<int>& waitedOn)>;
+  // ranks it waits on and how long it has gone without a completion; throws
+  // to end the wait (a rank that died or left elsewhere, transports/peer_watch.h).
+  using PeerCheck = std::function<void(const std::vector<int>& waitedOn,
+                                       std::chrono::steady_clock::duration quiet)>;
   void checkPeersWith(PeerCheck check) { checkPeers_ = std::move(check); }
 
   // "tcp;ofi_rxm on lo (libfabric 1.17, /usr/lib/.../libfabric.so.1)"

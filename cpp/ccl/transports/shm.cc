@@ -246,8 +246,9 @@ void ShmTransport::await(int peer, Stage stage, uint32_t round) const {
     uint32_t seen = counter.value.load(std::memory_order_acquire);
     if (reached(seen, round)) return;
     sleepWhile(counter, seen, kSleepNanoseconds);
-    if (reached(counter.value.load(std::memory_order_acquire), round)) return;
-    checkPeer(peer);
+    auto arrived = [&] { return reached(counter.value.load(std::memory_order_acquire), round); };
+    if (arrived()) return;
+    checkPeerUnless(peer, arrived);
   }
 }
 
@@ -404,9 +405,10 @@ void ShmTransport::awaitDoorbell(uint32_t seen, const std::vector<int>& peers) c
     _mm_pause();
   }
   sleepWhile(bell, seen, kSleepNanoseconds);
-  if (bell.value.load(std::memory_order_acquire) != seen) return;
+  auto rang = [&] { return bell.value.load(std::memory_order_acquire) != seen; };
+  if (rang()) return;
   for (int peer : peers)
-    if (peer != self_) checkPeer(peer);
+    if (peer != self_) checkPeerUnless(peer, rang);
 }
 
 void ShmTransport::markFailed(const std::string& why) {
@@ -458,6 +460,15 @@ bool ShmTransport::remoteDeparted(int commRank) const {
 void ShmTransport::recordRemoteDeath(int commRank) { control(0).diedElsewhere.add(commRank); }
 
 bool ShmTransport::remoteDied(int commRank) const { return control(0).diedElsewhere.contains(commRank); }
+
+void ShmTransport::checkPeerUnless(int peer, const std::function<bool()>& arrived) const {
+  try {
+    checkPeer(peer);
+  } catch (const Error&) {
+    // What the peer wrote before it left or ended is visible once its going is.
+    if (!arrived()) throw;
+  }
+}
 
 bool ShmTransport::peerExited(int peer) const {
   int fd = pidfds_[peer];

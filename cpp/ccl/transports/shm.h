@@ -20,6 +20,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -150,6 +151,9 @@ class ShmTransport {
   char* entryAt(int from, int to, uint32_t index) const;
   std::string bufferName(int from, int to, uint64_t serial) const;
   void checkPeer(int peer) const;
+  // checkPeer(), except that a peer found gone may have delivered just
+  // before it went: then `arrived()` is true and nothing is thrown.
+  void checkPeerUnless(int peer, const std::function<bool()>& arrived) const;
   void checkAlarm() const;
   bool peerExited(int peer) const;
   bool probeCrossMemoryAttach(Bootstrap& bootstrap);
