@@ -4,6 +4,7 @@
 #   make spack-check   also install torch-mojo with Spack (slow; not in `make test`)
 #   make package-check the Spack install, both site environments concretized,
 #                      the conda recipe's build script (slow; what CI runs after `make test`)
+#   make scale-check   the conformance matrix across 8 simulated nodes (slow; what CI runs after `make test`)
 #   make pytorch-suite PyTorch's own distributed tests on mojo (slow; a subset is in `make test`)
 # A second run reuses the environment and the build.
 
@@ -12,7 +13,7 @@ BIN := $(VENV)/bin
 NPROC ?= 2
 SOURCES := $(shell find cpp kernels modulefiles cmake -type f) CMakeLists.txt pyproject.toml
 
-.PHONY: demo test spack-check package-check pytorch-suite build setup clean
+.PHONY: demo test spack-check package-check scale-check pytorch-suite build setup clean
 
 demo: build
 	$(BIN)/torchrun --standalone --nproc-per-node=$(NPROC) examples/train_ddp.py
@@ -28,6 +29,11 @@ spack-check: build
 # spack-check, and what else builds or solves packages (about 25 minutes).
 package-check: build
 	$(BIN)/python -m pytest tests -m "spack_install or packaging"
+
+# The conformance matrix across 8 simulated nodes of one rank each (about
+# five minutes; 2 and 4 nodes are in `make test`).
+scale-check: build
+	$(BIN)/python -m pytest tests -m scale
 
 # PyTorch's DistributedTest at 2 and 3 ranks on mojo (about 24 and 38 minutes).
 pytorch-suite: build

@@ -26,8 +26,8 @@ def on_nodes(*hosts):
 
 @pytest.mark.parametrize(
     "hosts",
-    [("a", "a", "b", "b"), ("a", "b", "a"), ("a", "b")],
-    ids=["2 nodes x 2 ranks", "uneven, interleaved", "1 rank per node"],
+    [("a", "a", "b", "b"), ("a", "b", "c", "d", "a", "c"), ("a", "b")],
+    ids=["2 nodes x 2 ranks", "4 nodes of 1-2 ranks, interleaved", "1 rank per node"],
 )
 def test_conformance_matrix_across_nodes(hosts):
     results = run_worker("collectives", len(hosts), env=FABRIC, rank_env=on_nodes(*hosts), timeout=400)
@@ -35,11 +35,18 @@ def test_conformance_matrix_across_nodes(hosts):
         assert "checked" in result.stdout
 
 
-def test_soak_random_collectives_across_three_nodes():
-    # The soak job of test_faults (1,500 random collectives on the world and
-    # on subgroups, half asynchronous, every result checked) across uneven
-    # nodes (2 x 2 runs the conformance matrix above).
-    results = run_worker("soak", 4, "1500", env=FABRIC, rank_env=on_nodes("a", "b", "c", "a"), timeout=300)
+@pytest.mark.scale
+def test_conformance_matrix_across_eight_nodes():
+    # Four minutes on 2 cores: `make scale-check`.
+    results = run_worker("collectives", 8, env=FABRIC, rank_env=on_nodes(*"abcdefgh"), timeout=900)
+    for result in results:
+        assert "checked" in result.stdout
+
+
+def test_soak_random_collectives_across_eight_nodes():
+    # The soak job of test_faults (random collectives on the world and on
+    # subgroups, half asynchronous, every result checked), one rank per node.
+    results = run_worker("soak", 8, "800", env=FABRIC, rank_env=on_nodes(*"abcdefgh"), timeout=400)
     for result in results:
         assert ", 0 wrong" in result.stdout, result.stdout
 

@@ -118,6 +118,15 @@ def scale_of(results):
     return max([1.0] + [t.abs().max().item() for t in results if t.numel()])
 
 
+def partial_sums_scale(inputs, op):
+    """How large a sum's partial results can grow, which is what its
+    roundings scale with: a sum that cancels out is small, its roundings
+    on the way are not. None for the other ops (their results' scale)."""
+    if op not in ("sum", "avg") or not inputs[0].dtype.is_floating_point:
+        return None
+    return scale_of([sum(tensor.cpu().double().abs() for tensor in inputs)])
+
+
 class Matrix:
     def __init__(self, rank, world):
         self.rank = rank
@@ -141,17 +150,18 @@ class Matrix:
     def fail(self, name, message):
         self.failures.append(f"{name}: {message}")
 
-    def case(self, name, run, expected, dtype, op=None, on_gloo=True):
+    def case(self, name, run, expected, dtype, op=None, on_gloo=True, scale=None):
         """`run(group)` performs the call on `group` (None: the mojo default
         group) and returns this rank's results (a list of tensors); `expected`
-        is the list they must equal."""
+        is the list they must equal; `scale`, where given, what their
+        roundings scale with (partial_sums_scale)."""
         self.count(name)
         try:
             ours = run(None)
         except Exception:
             self.fail(name, f"raised\n{traceback.format_exc()}")
             return
-        self.same(name, ours, expected, self.placement_tolerance(dtype, expected))
+        self.same(name, ours, expected, self.placement_tolerance(dtype, expected, scale))
         if on_gloo and gloo_supports(dtype, op) and DEVICE.type == "cpu":
             self.on_gloo += 1
             try:
@@ -168,15 +178,15 @@ class Matrix:
             return 0
         return self.roundings(dtype, results) if dtype in HALF else 1e-5 * scale_of(results)
 
-    def placement_tolerance(self, dtype, results):
+    def placement_tolerance(self, dtype, results, scale=None):
         """Within a node, reductions combine in rank order: exact. Across
         nodes each node's ranks combine first, then the nodes: floating
         results may differ from rank order by a few roundings (every rank
         still gets the same bits)."""
-        return self.roundings(dtype, results) if self.spans_nodes and dtype.is_floating_point else 0
+        return self.roundings(dtype, results, scale) if self.spans_nodes and dtype.is_floating_point else 0
 
-    def roundings(self, dtype, results):
-        return self.world * torch.finfo(dtype).eps * scale_of(results)
+    def roundings(self, dtype, results, scale=None):
+        return self.world * torch.finfo(dtype).eps * (scale or scale_of(results))
 
     def same(self, name, actual, expected, tolerance=0):
         if len(actual) != len(expected):
@@ -241,7 +251,7 @@ def check_all_reduce(m, sizes):
 
                     has_nan = op in ("min", "max") and dtype.is_floating_point and numel > 1
                     m.case(f"all_reduce {dtype} {op} n={numel} {layout}", run, [expected], dtype, op,
-                           on_gloo=not has_nan)
+                           on_gloo=not has_nan, scale=partial_sums_scale(inputs, op))
 
 
 def check_reduce(m):
@@ -260,7 +270,7 @@ def check_reduce(m):
                         return [tensor] if m.rank == root else []
 
                     m.case(f"reduce {dtype} {op} root={root} n={numel}", run,
-                           [expected] if m.rank == root else [], dtype, op)
+                           [expected] if m.rank == root else [], dtype, op, scale=partial_sums_scale(inputs, op))
 
 
 def check_reduce_scatter(m, sizes):
@@ -283,8 +293,9 @@ def check_reduce_scatter(m, sizes):
                     dist.reduce_scatter_tensor(output, inputs[m.rank], op=OPS[op], group=group)
                     return [output]
 
-                m.case(f"reduce_scatter {dtype} {op} n={numel}", listed, [expected], dtype, op)
-                m.case(f"reduce_scatter_tensor {dtype} {op} n={numel}", single, [expected], dtype, op)
+                scale = partial_sums_scale(inputs, op)
+                m.case(f"reduce_scatter {dtype} {op} n={numel}", listed, [expected], dtype, op, scale=scale)
+                m.case(f"reduce_scatter_tensor {dtype} {op} n={numel}", single, [expected], dtype, op, scale=scale)
 
 
 # ---------------------------------------------------------- data movement
