@@ -103,9 +103,12 @@ def test_trace_names_each_ranks_node_and_provider():
         ({**FABRIC, "MOJOCCL_FABRIC_MR_LOCAL": "1", "MOJOCCL_REGION_MB": "0"},
          "MOJOCCL_FABRIC_MR_LOCAL=1 registers every buffer, and MOJOCCL_REGION_MB=0 turns off the registered "
          "staging buffer that ordinary memory goes through: unset MOJOCCL_REGION_MB (256 MiB) or set it"),
+        ({**FABRIC, "MOJOCCL_NET_ALGO": "ring,tree"},
+         "MOJOCCL_NET_ALGO=ring,tree is not valid: expected auto, or a comma-separated list of ring, "
+         "recursive_doubling"),
     ],
     ids=["default provider absent", "unknown provider", "unknown domain", "no libfabric", "verbs", "bad timeout",
-         "bad region size", "registration without a region"],
+         "bad region size", "registration without a region", "unknown algorithm"],
 )
 def test_bad_fabric_settings_fail_every_rank_at_once(env, message):
     # Set on every rank; a failure agreed at set-up reaches all of them.
@@ -114,6 +117,26 @@ def test_bad_fabric_settings_fail_every_rank_at_once(env, message):
     for result in results:
         assert result.stdout.startswith("error ") and message in result.stdout, result.stdout
     assert time.monotonic() - start < 30
+
+
+def test_an_algorithm_setting_that_differs_between_ranks_fails_every_rank():
+    # Leaders that chose different algorithms would not meet.
+    results = run_worker("ccl", 2, "init", env=FABRIC, timeout=60, rank_env={
+        0: {"MOJOCCL_HOSTID": "a", "MOJOCCL_NET_ALGO": "ring"},
+        1: {"MOJOCCL_HOSTID": "b"},
+    })
+    for result in results:
+        assert "MOJOCCL_NET_ALGO is 'ring' on rank 0 and 'auto' on rank 1: set it alike on every rank" in result.stdout, \
+            result.stdout
+
+
+def test_recursive_doubling_between_three_nodes():
+    # Forced for every size past the one-message frames: the third node
+    # folds into the first and gets the result back; nodes of 2 ranks too.
+    env = {**FABRIC, "MOJOCCL_NET_ALGO": "recursive_doubling"}
+    results = run_worker("collectives", 5, "--quick", env=env, rank_env=on_nodes("a", "a", "b", "b", "c"), timeout=300)
+    for result in results:
+        assert "checked" in result.stdout
 
 
 def test_a_setting_only_one_rank_has_still_fails_every_rank():

@@ -45,6 +45,11 @@ class Bootstrap {
   // lowest failing rank first. Call with ok=true to learn of others' failures.
   void agreeOnSuccess(bool ok, const std::string& failure);
 
+  // Every rank's `value` of the setting `name` must be the same (ranks
+  // that chose differently would not meet): otherwise every rank fails,
+  // naming the first two that differ.
+  void requireSameSetting(const std::string& name, const std::string& value);
+
   void close() { socket_.close(); }
 
  private:

@@ -100,11 +100,13 @@ void Comm::openFabric(Bootstrap& bootstrap) {
     timeoutSeconds = static_cast<int>(envInt("MOJOCCL_IB_TIMEOUT_S", 60, 1, 86400));
     forcedLocalRegistration();  // read here so that a bad value fails every rank at once
     stagingMegabytes();
+    networkAlgorithms_ = NetworkAlgorithms::fromEnv();
     LibFabric::get();
   } catch (const Error& error) {
     failure = error.what();
   }
   bootstrap.agreeOnSuccess(failure.empty(), failure);
+  bootstrap.requireSameSetting("MOJOCCL_NET_ALGO", envString("MOJOCCL_NET_ALGO", "auto"));
   fabric_ = std::make_unique<FabricTransport>(bootstrap, rank_, aborted_, timeoutSeconds);
   fabric_->traceRegistrations(trace);
   watch_ = std::make_unique<PeerWatch>(bootstrap, nodes_, node_, rank_, *shm_, timeoutSeconds);
@@ -453,7 +455,12 @@ void Comm::allReduceAcrossNodes(const Call& call, void* result) {
   toLeader.root = leader();
   localReduce(toLeader);
   if (isLeader()) {
-    networkAllReduce(leaders(call), result, call.count, call.datatype, op);
+    const NetworkGroup group = leaders(call);
+    const size_t bytes = call.count * datatypeSize(call.datatype);
+    if (networkAlgorithms_.allReduce(group.size(), bytes) == NetworkAllReduce::RecursiveDoubling)
+      networkAllReduceRecursiveDoubling(group, result, call.count, call.datatype, op);
+    else
+      networkAllReduce(group, result, call.count, call.datatype, op);
     if (call.op == ncclAvg) {
       const void* sum[1] = {result};
       mojoccl::reduce(result, sum, 1, call.count, call.datatype, ncclAvg, size_);

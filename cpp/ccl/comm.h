@@ -18,6 +18,7 @@
 
 #include "algorithms/call.h"
 #include "algorithms/network.h"
+#include "algorithms/network_choice.h"
 #include "algorithms/p2p.h"
 #include "bootstrap.h"
 #include "mojoccl/nccl.h"
@@ -149,6 +150,7 @@ class Comm {
   int rank_;
   int size_;
   AllReduceAlgorithm allReduceAlgorithm_;
+  NetworkAlgorithms networkAlgorithms_;  // between nodes (MOJOCCL_NET_ALGO)
   bool zeroCopy_;  // MOJOCCL_ZERO_COPY: read peers' buffers in place when possible
   std::vector<std::vector<int>> nodes_;  // each node's ranks; nodes ordered by their lowest rank
   std::vector<int> nodeOfRank_;

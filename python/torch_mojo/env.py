@@ -23,11 +23,14 @@ class Variable:
     default: str
     effect: str
     choices: tuple[str, ...] = ()  # allowed values, when it is a choice
+    listed: tuple[str, ...] = ()  # allowed items, when it may also be a comma-separated list of them
     int_range: tuple[int, int] | None = None  # allowed range, when it is an integer
     used: bool = True  # False: a name of the user guide this version does not read yet
     alias: str = ""  # an older name that means the same (PyTorch's NCCL-era names)
 
     def allowed(self) -> str:
+        if self.listed:
+            return f"{', '.join(self.choices)}, or a comma-separated list of {', '.join(self.listed)}"
         if self.choices:
             return ", ".join(self.choices)
         if self.int_range:
@@ -38,6 +41,10 @@ class Variable:
         """Why ``value`` is not valid, or None."""
         if value == "":
             return None  # empty means unset, as in the C++ readers
+        if self.listed and value not in self.choices:
+            if all(item in self.listed for item in value.split(",")):
+                return None
+            return f"{self.name}={value} is not valid: expected {self.allowed()}"
         if self.choices and value not in self.choices:
             return f"{self.name}={value} is not valid: expected one of {self.allowed()}"
         if self.int_range:
@@ -168,6 +175,16 @@ VARIABLES: tuple[Variable, ...] = (
         "all-reduce algorithm inside a node: `one_shot`, `two_shot` or `auto` (by size "
         "and rank count)",
         choices=("auto", "one_shot", "two_shot"),
+    ),
+    Variable(
+        "MOJOCCL_NET_ALGO",
+        "auto",
+        "all-reduce algorithms between nodes, for calls past 64 KiB: `ring` (reduce-scatter and "
+        "all-gather round the nodes, pipelined) and `recursive_doubling` (log2 of the node count "
+        "exchanges of the whole buffer); `auto` lets a cost model choose per call among both, a "
+        "list among those it names. Must be the same on every rank",
+        choices=("auto",),
+        listed=("ring", "recursive_doubling"),
     ),
     Variable(
         "MOJOCCL_ZERO_COPY",

@@ -115,6 +115,60 @@ void networkAllReduce(const NetworkGroup& group, void* data, size_t count, ncclD
   fabric.waitAll(group.what);
 }
 
+void networkAllReduceRecursiveDoubling(const NetworkGroup& group, void* data, size_t count,
+                                       ncclDataType_t datatype, ncclRedOp_t op) {
+  const int n = group.size();
+  if (n == 1) return;
+  FabricTransport& fabric = group.fabric;
+  const size_t size = datatypeSize(datatype);
+  // Every message travels in the same segments, each receive matching its send.
+  const std::vector<Segment> segments = segmentsOf({0, count}, size);
+  auto post = [&](bool isSend, int member, void* buffer) {
+    std::vector<FabricTransport::Ticket> tickets;
+    for (const Segment& segment : segments) {
+      char* at = bytesAt(buffer, segment.slice.begin, size);
+      const size_t bytes = bytesOf(segment.slice, size);
+      tickets.push_back(isSend ? fabric.postSend(group.ranks[member], at, bytes)
+                               : fabric.postRecv(group.ranks[member], at, bytes));
+    }
+    return tickets;
+  };
+  int powerOfTwo = 1;
+  while (powerOfTwo * 2 <= n) powerOfTwo *= 2;
+  const int self = group.self;
+  if (self >= powerOfTwo) {  // folded into member self - powerOfTwo, which hands back the result
+    post(true, self - powerOfTwo, data);
+    fabric.waitAll(group.what);
+    post(false, self - powerOfTwo, data);
+    fabric.waitAll(group.what);
+    return;
+  }
+  std::vector<char> incoming(count * size);
+  // Combines member `partner`'s data into ours, the lower member's operand
+  // first, segment by segment as each lands (and, where ours goes to it
+  // too, once that segment of ours has left).
+  auto combineWith = [&](int partner, bool exchange) {
+    const auto arrivals = post(false, partner, incoming.data());
+    const auto departures = exchange ? post(true, partner, data) : std::vector<FabricTransport::Ticket>{};
+    for (size_t i = 0; i < segments.size(); ++i) {
+      const Slice slice = segments[i].slice;
+      fabric.waitFor(arrivals[i], group.what);
+      if (exchange) fabric.waitFor(departures[i], group.what);
+      const void* ours = bytesAt(data, slice.begin, size);
+      const void* theirs = bytesAt(incoming.data(), slice.begin, size);
+      const void* sources[2] = {self < partner ? ours : theirs, self < partner ? theirs : ours};
+      reduce(bytesAt(data, slice.begin, size), sources, 2, slice.end - slice.begin, datatype, op, 1);
+    }
+  };
+  const bool foldsIn = self + powerOfTwo < n;
+  if (foldsIn) combineWith(self + powerOfTwo, false);
+  for (int distance = 1; distance < powerOfTwo; distance *= 2) combineWith(self ^ distance, true);
+  if (foldsIn) {
+    post(true, self + powerOfTwo, data);
+    fabric.waitAll(group.what);
+  }
+}
+
 void networkBroadcast(const NetworkGroup& group, void* data, size_t bytes, int root) {
   if (group.self == root) {
     for (int member = 0; member < group.size(); ++member)

@@ -29,6 +29,15 @@ struct NetworkGroup {
 void networkAllReduce(const NetworkGroup& group, void* data, size_t count, ncclDataType_t datatype,
                       ncclRedOp_t op);
 
+// Recursive doubling all-reduce in place: log2(size) exchanges of the
+// whole buffer with members 1, 2, 4, ... away, each pair combining the same
+// two operands in the same order (so every member ends with the same bits).
+// Members past the largest power of two first fold their data into a
+// partner and get the result back at the end. Fewer steps than the ring,
+// more bytes: for mid sizes on many nodes (algorithms/network_choice.h).
+void networkAllReduceRecursiveDoubling(const NetworkGroup& group, void* data, size_t count,
+                                       ncclDataType_t datatype, ncclRedOp_t op);
+
 // Reduce-scatter round the ring, in place, pipelined in segments: member m
 // ends with slices[(m + shift) % size] reduced over every member (of the
 // others, what was there is overwritten with partial sums). `whole(piece)`

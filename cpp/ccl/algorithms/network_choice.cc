@@ -1,0 +1,64 @@
+#include "network_choice.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+
+#include "../env.h"
+#include "../error.h"
+
+namespace mojoccl {
+
+namespace {
+const std::vector<NetworkAllReduce> kAllAlgorithms = {NetworkAllReduce::Ring, NetworkAllReduce::RecursiveDoubling};
+}  // namespace
+
+std::string nameOf(NetworkAllReduce algorithm) {
+  return algorithm == NetworkAllReduce::Ring ? "ring" : "recursive_doubling";
+}
+
+double NetworkCostModel::seconds(NetworkAllReduce algorithm, int nodes, size_t bytes) const {
+  const double n = nodes, data = static_cast<double>(bytes);
+  double steps, sent, reduced;
+  if (algorithm == NetworkAllReduce::Ring) {
+    steps = 2 * (n - 1);
+    sent = 2 * (n - 1) / n * data;
+    reduced = (n - 1) / n * data;
+  } else {
+    int powerOfTwo = 1, doublings = 0;
+    while (powerOfTwo * 2 <= nodes) powerOfTwo *= 2, ++doublings;
+    const int extra = powerOfTwo == nodes ? 0 : 2;  // folding in, and handing back
+    steps = doublings + extra;
+    sent = (doublings + extra) * data;
+    reduced = (doublings + extra / 2) * data;
+  }
+  return steps * stepSeconds + sent / wireBytesPerSecond + reduced / reduceBytesPerSecond;
+}
+
+NetworkAlgorithms NetworkAlgorithms::fromEnv() {
+  NetworkAlgorithms algorithms;
+  const std::string text = envString("MOJOCCL_NET_ALGO", "auto");
+  if (text.empty() || text == "auto") {
+    algorithms.allowed_ = kAllAlgorithms;
+    return algorithms;
+  }
+  std::stringstream list(text);
+  std::string name;
+  while (std::getline(list, name, ',')) {
+    auto known = std::find_if(kAllAlgorithms.begin(), kAllAlgorithms.end(),
+                              [&](NetworkAllReduce algorithm) { return nameOf(algorithm) == name; });
+    if (known == kAllAlgorithms.end())
+      fail(ncclInvalidArgument, "MOJOCCL_NET_ALGO=" + text + " is not valid: expected auto, or a comma-separated "
+                                "list of ring, recursive_doubling");
+    algorithms.allowed_.push_back(*known);
+  }
+  return algorithms;
+}
+
+NetworkAllReduce NetworkAlgorithms::allReduce(int nodes, size_t bytes) const {
+  return *std::min_element(allowed_.begin(), allowed_.end(), [&](NetworkAllReduce a, NetworkAllReduce b) {
+    return model_.seconds(a, nodes, bytes) < model_.seconds(b, nodes, bytes);
+  });
+}
+
+}  // namespace mojoccl

@@ -1,0 +1,50 @@
+// Which algorithm moves an all-reduce between nodes once it is past the
+// size that travels in the leaders' one-message frames: the one a cost
+// model expects to finish first, among those MOJOCCL_NET_ALGO allows.
+//
+// The model counts, for `nodes` leaders and `bytes` of data, the steps
+// each takes (a message's latency apiece), the bytes each leader sends one
+// way, and the bytes it reduces:
+//   ring                 2(n-1) steps, 2(n-1)/n x bytes sent, (n-1)/n x bytes reduced
+//   recursive doubling   log2(p) steps (+2 where n is not a power of two p),
+//                        as many times the whole buffer sent and reduced
+// Its constants were measured on the tcp provider (docs/performance.md,
+// "Choosing the algorithm between nodes").
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace mojoccl {
+
+enum class NetworkAllReduce { Ring, RecursiveDoubling };
+
+struct NetworkCostModel {
+  double stepSeconds = 50e-6;           // one exchange between leaders, software included
+  double wireBytesPerSecond = 1e9;      // one direction of a leader's link, both busy
+  // The reduction's cost beyond what overlaps the wire (segments are
+  // reduced while the next ones travel).
+  double reduceBytesPerSecond = 20e9;
+
+  // Predicted seconds for `nodes` leaders and `bytes` of data.
+  double seconds(NetworkAllReduce algorithm, int nodes, size_t bytes) const;
+};
+
+// "ring" / "recursive_doubling", as MOJOCCL_NET_ALGO spells them.
+std::string nameOf(NetworkAllReduce algorithm);
+
+class NetworkAlgorithms {
+ public:
+  // MOJOCCL_NET_ALGO: `auto` (every algorithm) or a comma-separated list of
+  // the ones allowed; anything else fails, naming the allowed values.
+  static NetworkAlgorithms fromEnv();
+  // Among the allowed ones, the fastest by the model.
+  NetworkAllReduce allReduce(int nodes, size_t bytes) const;
+
+ private:
+  std::vector<NetworkAllReduce> allowed_;
+  NetworkCostModel model_;
+};
+
+}  // namespace mojoccl
