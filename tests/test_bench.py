@@ -51,3 +51,24 @@ def test_kernels_and_ddp(tmp_path):
     assert "memcpy" in out and "mojo reduce" in out
     out = bench(tmp_path, "--ddp")
     assert "mojo+pool:" in out and "x gloo" in out
+
+
+def test_model_chooses_the_algorithm_it_predicts_faster(tmp_path):
+    measured = tmp_path / "measured.csv"
+    measured.write_text("collective,size_bytes,count,type,backend,ranks,time_us,algbw_GBps,busbw_GBps,wrong\n"
+                        "all_reduce,262144,65536,float32,mojo+fabric,2,321.0,0.8,0.8,0\n")
+    out = bench(tmp_path, "--model", "--sizes", "8,256K,16M", "--measured", str(measured))
+    rows = [line.split() for line in table_rows(out)]
+    # 8 B travels in the leaders' frames, outside the model: 10 node counts x 2 sizes.
+    assert len(rows) == 20 and {(row[1], row[2]) for row in rows} == {("256", "KiB"), ("16", "MiB")}
+    for row in rows:
+        ring, doubling, chosen = float(row[3]), float(row[4]), row[5]
+        assert chosen == ("ring" if ring <= doubling else "recursive_doubling"), row
+    by_case = {(int(row[0]), row[1] + row[2]): row for row in rows}
+    assert by_case[(1024, "256KiB")][5] == "recursive_doubling"  # 2046 ring steps against 10
+    assert by_case[(2, "256KiB")][6] == "321" and len(by_case[(4, "256KiB")]) == 6  # measured where given
+
+    env_ring = subprocess.run([sys.executable, "-m", "torch_mojo.cli", "bench", "--model", "--sizes", "256K"],
+                              capture_output=True, text=True, timeout=60, cwd=ROOT,
+                              env={**os.environ, "MOJOCCL_NET_ALGO": "ring"})
+    assert {line.split()[5] for line in table_rows(env_ring.stdout)} == {"ring"}, env_ring.stdout + env_ring.stderr

@@ -212,6 +212,19 @@ MOJOCCL_API ncclResult_t mojocclDescribeFabric(char* text, size_t size) {
   });
 }
 
+MOJOCCL_API ncclResult_t mojocclPredictAllReduce(int nodes, size_t bytes, const char* algorithm, char* chosen,
+                                                 size_t size, double* seconds) {
+  return guarded([&] {
+    if (nodes < 1 || chosen == nullptr || size == 0 || seconds == nullptr)
+      mojoccl::fail(ncclInvalidArgument, "mojocclPredictAllReduce: nodes < 1, or no room for the answer");
+    const auto algorithms = mojoccl::NetworkAlgorithms::fromEnv();
+    const auto which = algorithm ? mojoccl::networkAllReduceNamed(algorithm, algorithm)
+                                 : algorithms.allReduce(nodes, bytes);
+    snprintf(chosen, size, "%s", mojoccl::nameOf(which).c_str());
+    *seconds = algorithms.model().seconds(which, nodes, bytes);
+  });
+}
+
 MOJOCCL_API ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
   if (comm == nullptr || count == nullptr) return ncclInvalidArgument;
   *count = comm->impl.size();

@@ -6,6 +6,11 @@ Each rank runs this module; launch it with torchrun or with mpirun/srun:
     torchrun --standalone --nproc-per-node=2 -m torch_mojo.bench
     mpirun -np 2 python -m torch_mojo.bench            # adds the MPI columns
 
+With --model it prints, without running anything, libmojoccl's cost model
+of the all-reduce between nodes (one leader each) from 2 to 1024 nodes:
+each algorithm's predicted time and the one it chooses, next to what a
+bench run measured (--measured: the .csv of runs of mojo+fabric).
+
 With --kernels it measures instead, on every rank at once, the Mojo
 reduction kernel against memcpy (GB/s counts bytes read plus written) and
 derives the memory-traffic limit of a collective; with --ddp, training
@@ -423,7 +428,13 @@ def main(argv=None):
     parser.add_argument("--output", default="bench", help="prefix of the .csv and .png written by rank 0")
     parser.add_argument("--kernels", action="store_true", help="the reduction kernel against memcpy")
     parser.add_argument("--ddp", action="store_true", help="DDP training steps per second")
+    parser.add_argument("--model", action="store_true", help="the cost model between nodes, 2 to 1024 nodes")
+    parser.add_argument("--measured", default="", help="with --model: bench .csv files (comma-separated) whose "
+                        "mojo+fabric all_reduce times are shown next to the predictions")
     args = parser.parse_args(argv)
+    if args.model:
+        print_model([parse_size(text) for text in args.sizes.split(",")], args.measured)
+        return 0
 
     from torch_mojo import launcher
 
@@ -512,6 +523,40 @@ def main(argv=None):
         write_outputs(rows, args.output, world)
         print(f"\n# wrote {args.output}.csv and {args.output}.png")
     dist.destroy_process_group()
+
+
+MODEL_NODES = [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+NETWORK_ALGORITHMS = ["ring", "recursive_doubling"]
+FRAME_BYTES = 64 << 10  # up to this, an all-reduce between nodes is one exchange of frames, outside the model
+
+
+def measured_times(paths: str) -> dict[tuple[int, int], float]:
+    """(ranks, bytes) -> microseconds of mojo+fabric all_reduce in bench .csv files."""
+    times = {}
+    for path in filter(None, paths.split(",")):
+        with open(path, newline="") as file:
+            for row in csv.DictReader(file):
+                if row["backend"] == "mojo+fabric" and row["collective"] == "all_reduce":
+                    times[(int(row["ranks"]), int(row["size_bytes"]))] = float(row["time_us"])
+    return times
+
+
+def print_model(sizes: list[int], measured_paths: str):
+    from torch_mojo.mojoccl import Library
+
+    library = Library()
+    measured = measured_times(measured_paths)
+    sizes = [size for size in sizes if size > FRAME_BYTES]
+    print("# all_reduce between nodes (one leader each): the cost model's time in us per algorithm, its choice "
+          "(MOJOCCL_NET_ALGO), and what mojo+fabric measured")
+    print(f"{'nodes':>6} {'size':>6} {'ring':>10} {'rec.doubl.':>10}  {'chosen':<19} {'measured':>9}")
+    for nodes in MODEL_NODES:
+        for size in sizes:
+            predicted = [library.predict_all_reduce(nodes, size, name)[1] * 1e6 for name in NETWORK_ALGORITHMS]
+            chosen = library.predict_all_reduce(nodes, size)[0]
+            seen = measured.get((nodes, size))
+            print(f"{nodes:>6} {human(size):>6} {predicted[0]:>10.0f} {predicted[1]:>10.0f}  {chosen:<19} "
+                  f"{f'{seen:.0f}' if seen is not None else '':>9}")
 
 
 def _group_across_nodes(rank):

@@ -127,7 +127,7 @@ def _bench(nproc, arguments):
     start `nproc` ranks on this machine with torchrun."""
     from torch_mojo import bench, launcher
 
-    if launcher.is_rank_of_a_job() or "-h" in arguments or "--help" in arguments:
+    if launcher.is_rank_of_a_job() or {"-h", "--help", "--model"} & set(arguments):
         return bench.main(arguments)
     import subprocess
 

@@ -65,6 +65,8 @@ class Library:
         lib.ncclMemFree.argtypes = [pointer]
         lib.ncclSend.argtypes = [pointer, size, code, code, comm, pointer]
         lib.ncclRecv.argtypes = [pointer, size, code, code, comm, pointer]
+        lib.mojocclPredictAllReduce.argtypes = [code, size, ctypes.c_char_p, ctypes.c_char_p, size,
+                                                ctypes.POINTER(ctypes.c_double)]
 
     def check(self, code):
         if code != SUCCESS:
@@ -140,6 +142,15 @@ class Library:
             self.check(self.lib.ncclSend(_address(send) + peer * part * size, part, datatype, peer, comm, None))
             self.check(self.lib.ncclRecv(_address(recv) + peer * part * size, part, datatype, peer, comm, None))
         self.check(self.lib.ncclGroupEnd())
+
+    def predict_all_reduce(self, nodes, nbytes, algorithm=None):
+        """The cost model between nodes: (algorithm, seconds) for `nodes`
+        leaders and `nbytes`; `algorithm` None: the one MOJOCCL_NET_ALGO
+        lets the model choose."""
+        chosen, seconds = ctypes.create_string_buffer(64), ctypes.c_double()
+        self.check(self.lib.mojocclPredictAllReduce(nodes, nbytes, algorithm.encode() if algorithm else None, chosen,
+                                                    len(chosen), ctypes.byref(seconds)))
+        return chosen.value.decode(), seconds.value
 
     def async_error(self, comm):
         value = ctypes.c_int()

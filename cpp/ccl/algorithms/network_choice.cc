@@ -1,7 +1,6 @@
 #include "network_choice.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <sstream>
 
 #include "../env.h"
@@ -44,15 +43,15 @@ NetworkAlgorithms NetworkAlgorithms::fromEnv() {
   }
   std::stringstream list(text);
   std::string name;
-  while (std::getline(list, name, ',')) {
-    auto known = std::find_if(kAllAlgorithms.begin(), kAllAlgorithms.end(),
-                              [&](NetworkAllReduce algorithm) { return nameOf(algorithm) == name; });
-    if (known == kAllAlgorithms.end())
-      fail(ncclInvalidArgument, "MOJOCCL_NET_ALGO=" + text + " is not valid: expected auto, or a comma-separated "
-                                "list of ring, recursive_doubling");
-    algorithms.allowed_.push_back(*known);
-  }
+  while (std::getline(list, name, ',')) algorithms.allowed_.push_back(networkAllReduceNamed(name, text));
   return algorithms;
+}
+
+NetworkAllReduce networkAllReduceNamed(const std::string& name, const std::string& setting) {
+  for (NetworkAllReduce algorithm : kAllAlgorithms)
+    if (nameOf(algorithm) == name) return algorithm;
+  fail(ncclInvalidArgument, "MOJOCCL_NET_ALGO=" + setting + " is not valid: expected auto, or a comma-separated "
+                            "list of ring, recursive_doubling");
 }
 
 NetworkAllReduce NetworkAlgorithms::allReduce(int nodes, size_t bytes) const {

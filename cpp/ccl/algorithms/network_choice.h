@@ -33,6 +33,9 @@ struct NetworkCostModel {
 
 // "ring" / "recursive_doubling", as MOJOCCL_NET_ALGO spells them.
 std::string nameOf(NetworkAllReduce algorithm);
+// The algorithm of that name; an unknown name fails, naming the known ones
+// (`setting`: the text it came from, for the message).
+NetworkAllReduce networkAllReduceNamed(const std::string& name, const std::string& setting);
 
 class NetworkAlgorithms {
  public:
@@ -41,6 +44,7 @@ class NetworkAlgorithms {
   static NetworkAlgorithms fromEnv();
   // Among the allowed ones, the fastest by the model.
   NetworkAllReduce allReduce(int nodes, size_t bytes) const;
+  const NetworkCostModel& model() const { return model_; }
 
  private:
   std::vector<NetworkAllReduce> allowed_;

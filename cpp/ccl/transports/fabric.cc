@@ -145,7 +145,15 @@ FabricTransport::FabricTransport(Bootstrap& bootstrap, int rank, const std::atom
     fi_cq_attr cqAttributes{};
     cqAttributes.format = FI_CQ_FORMAT_TAGGED;
     cqAttributes.size = info_->tx_attr->size + info_->rx_attr->size;
-    check(fi_cq_open(domain_, &cqAttributes, &cq_, nullptr), "fi_cq_open");
+    // With a wait object a rank that has polled a while without news sleeps
+    // until the provider has some (fi_cq_sread): spinning ranks that
+    // outnumber the cores would hold the cores their peers need.
+    cqAttributes.wait_obj = FI_WAIT_UNSPEC;
+    if (fi_cq_open(domain_, &cqAttributes, &cq_, nullptr) != 0) {
+      cqAttributes.wait_obj = FI_WAIT_NONE;
+      check(fi_cq_open(domain_, &cqAttributes, &cq_, nullptr), "fi_cq_open");
+    }
+    canSleep_ = cqAttributes.wait_obj != FI_WAIT_NONE;
     fi_av_attr avAttributes{};
     avAttributes.type = FI_AV_TABLE;
     check(fi_av_open(domain_, &avAttributes, &av_, nullptr), "fi_av_open");
@@ -424,7 +432,7 @@ void FabricTransport::waitUntil(const std::function<bool()>& done, const std::st
     uint64_t seen = completed_;
     while (!done()) {
       if (!failure_.empty()) fail(ncclRemoteError, failure_);
-      progress(what);
+      progress(what, canSleep_ && std::chrono::steady_clock::now() - lastProgress > kSpinBeforeSleeping);
       auto now = std::chrono::steady_clock::now();
       if (completed_ != seen) {
         seen = completed_;
@@ -503,9 +511,10 @@ void FabricTransport::cancelPending() {
   waitedFor_ = buffered_ = 0;
 }
 
-void FabricTransport::progress(const std::string& what) {
+void FabricTransport::progress(const std::string& what, bool sleep) {
   fi_cq_tagged_entry entries[16];
-  ssize_t count = fi_cq_read(cq_, entries, 16);
+  ssize_t count = sleep ? fi_cq_sread(cq_, entries, 16, nullptr, kSleepMilliseconds) : fi_cq_read(cq_, entries, 16);
+  if (count == -FI_ETIMEDOUT) count = -FI_EAGAIN;  // slept the whole time: nothing new
   if (count == -FI_EAVAIL) {
     fi_cq_err_entry error{};
     fi_cq_readerr(cq_, &error, 0);

@@ -145,7 +145,9 @@ class FabricTransport {
   // Progresses until `done()`, with waitAll's checks (mutex_ held).
   void waitUntil(const std::function<bool()>& done, const std::string& what);
   void complete(Request& request, size_t length, const std::string& what);
-  void progress(const std::string& what);
+  // Reads the completions there are; with `sleep`, first waits up to
+  // kSleepMilliseconds for one.
+  void progress(const std::string& what, bool sleep = false);
   [[noreturn]] void failRequest(const fi_cq_err_entry& error, const std::string& what);
   void cancelPending();
   [[noreturn]] void failTimedOut(const std::string& what, int peer);
@@ -176,6 +178,11 @@ class FabricTransport {
   size_t maxMessage_;
   int timeoutSeconds_;
   PeerCheck checkPeers_;
+  // A wait polls this long without a completion, then sleeps on the
+  // completion queue where the provider gives it a wait object.
+  static constexpr auto kSpinBeforeSleeping = std::chrono::microseconds(100);
+  static constexpr int kSleepMilliseconds = 1;
+  bool canSleep_ = false;
 
   // libfabric is used from one thread at a time (FI_THREAD_DOMAIN).
   std::mutex mutex_;

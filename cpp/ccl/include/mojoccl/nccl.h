@@ -137,6 +137,15 @@ ncclResult_t mojocclRecvAny(void* recvbuff, size_t count, ncclDataType_t datatyp
  * torch.distributed.shrink_group. */
 ncclResult_t mojocclCommFailedRanks(ncclComm_t comm, int* ranks, int* count);
 
+/* libmojoccl's own: the cost model of the all-reduce between nodes (one
+ * leader each) for `bytes` past the size that travels in one message:
+ * the algorithm named by `algorithm` ("ring", "recursive_doubling"), or,
+ * where it is NULL, the one this process's MOJOCCL_NET_ALGO lets the model
+ * choose; its name goes to `chosen` (`size` bytes) and its predicted time
+ * to *seconds. What `torch-mojo bench --model` prints. */
+ncclResult_t mojocclPredictAllReduce(int nodes, size_t bytes, const char* algorithm, char* chosen, size_t size,
+                                     double* seconds);
+
 #ifdef __cplusplus
 }
 #endif
