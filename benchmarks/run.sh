@@ -4,6 +4,7 @@
 #   2 ranks as 2 "nodes" under mpirun with MPI on TCP (mojo's libfabric path
 #   with the tcp provider, against gloo and MPI over TCP, and mojo in shared memory),
 #   4 ranks under torchrun (mojo, mojo+pool, gloo),
+#   the all-reduce between 2 and 4 single-rank nodes and the cost model's predictions,
 #   the reduction kernel against memcpy, and DDP steps/s.
 # Usage: benchmarks/run.sh [output-dir]   (default: benchmarks/results)
 set -euo pipefail
@@ -23,6 +24,14 @@ mpirun -np 2 --bind-to none --mca pml ob1 --mca btl self,tcp "$bin/python" -m to
   | tee "$out/fabric-2ranks.txt"
 "$bin/torch-mojo" bench --nproc 4 --backends mojo,mojo+pool,gloo --sizes 8,4K,64K,1M,16M,64M \
   --output "$out/collectives-4ranks" | tee "$out/collectives-4ranks.txt"
+# The all-reduce between 2 and 4 single-rank nodes past the one-message
+# size, and the cost model's predictions up to 1024 nodes next to them.
+for nodes in 2 4; do
+  "$bin/torch-mojo" bench --nproc $nodes --backends mojo+fabric,gloo --collectives all_reduce --sizes 256K,1M,16M \
+    --output "$out/network-${nodes}nodes" | tee "$out/network-${nodes}nodes.txt"
+done
+"$bin/torch-mojo" bench --model --sizes 256K,1M,16M --measured "$out/network-2nodes.csv,$out/network-4nodes.csv" \
+  | tee "$out/network-model.txt"
 "$bin/torch-mojo" bench --nproc 2 --kernels --sizes 256K,4M,64M,256M --output "$out/bench" \
   | tee "$out/kernels-2ranks.txt"
 "$bin/torch-mojo" bench --nproc 2 --ddp --output "$out/bench" | tee "$out/ddp-2ranks.txt"

@@ -52,7 +52,7 @@ def test_a_stalled_rank_times_out_in_the_caller_and_the_process_goes_on(clean_sh
     # part was there), and its next call fails: rank 0 is gone.
     out = sleeper.stdout
     assert "completed: 4\nerror: ncclAllReduce failed: rank 1, ncclAllReduce(count=16" in out, out
-    assert "rank 0 failed: the communicator was aborted" in out, out
+    assert "rank 0 destroyed or aborted its communicator" in out, out  # it left, by its timeout
     assert "failed ranks: []" in out and out.rstrip().endswith("went on"), out
 
 

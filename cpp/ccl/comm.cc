@@ -106,7 +106,8 @@ void Comm::openFabric(Bootstrap& bootstrap) {
     failure = error.what();
   }
   bootstrap.agreeOnSuccess(failure.empty(), failure);
-  bootstrap.requireSameSetting("MOJOCCL_NET_ALGO", envString("MOJOCCL_NET_ALGO", "auto"));
+  const std::string algorithms = envString("MOJOCCL_NET_ALGO");
+  bootstrap.requireSameSetting("MOJOCCL_NET_ALGO", algorithms.empty() ? "auto" : algorithms);
   fabric_ = std::make_unique<FabricTransport>(bootstrap, rank_, aborted_, timeoutSeconds);
   fabric_->traceRegistrations(trace);
   watch_ = std::make_unique<PeerWatch>(bootstrap, nodes_, node_, rank_, *shm_, timeoutSeconds);
@@ -194,7 +195,11 @@ void Comm::run(const std::string& what, Algorithm algorithm) {
     // peers still waiting on this rank learn why at once.
     brokenBy_ = error.what();
     asyncError_.store(error.code());
-    if (shm_) shm_->markFailed(error.what());
+    // An aborted communicator is one this rank left, not a failure of its own.
+    if (shm_ && aborted_.load())
+      shm_->markDeparted();
+    else if (shm_)
+      shm_->markFailed(error.what());
     throw Error(error.code(), "rank " + std::to_string(rank_) + ", " + what + ": " + error.what());
   }
 }

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 
+#include <sched.h>
 #include <sys/mman.h>
 
 #include <rdma/fi_cm.h>
@@ -146,8 +147,7 @@ FabricTransport::FabricTransport(Bootstrap& bootstrap, int rank, const std::atom
     cqAttributes.format = FI_CQ_FORMAT_TAGGED;
     cqAttributes.size = info_->tx_attr->size + info_->rx_attr->size;
     // With a wait object a rank that has polled a while without news sleeps
-    // until the provider has some (fi_cq_sread): spinning ranks that
-    // outnumber the cores would hold the cores their peers need.
+    // until the provider has some (fi_cq_sread), rather than hold a core.
     cqAttributes.wait_obj = FI_WAIT_UNSPEC;
     if (fi_cq_open(domain_, &cqAttributes, &cq_, nullptr) != 0) {
       cqAttributes.wait_obj = FI_WAIT_NONE;
@@ -432,13 +432,16 @@ void FabricTransport::waitUntil(const std::function<bool()>& done, const std::st
     uint64_t seen = completed_;
     while (!done()) {
       if (!failure_.empty()) fail(ncclRemoteError, failure_);
-      progress(what, canSleep_ && std::chrono::steady_clock::now() - lastProgress > kSpinBeforeSleeping);
+      const bool sleep = canSleep_ && std::chrono::steady_clock::now() - lastProgress > kPollBeforeSleeping;
+      progress(what, sleep);
       auto now = std::chrono::steady_clock::now();
       if (completed_ != seen) {
         seen = completed_;
         lastProgress = now;
         continue;
       }
+      // Where ranks outnumber cores, the rank this one waits for may need its core.
+      if (!sleep) sched_yield();
       if (aborted_.load()) fail(ncclInvalidUsage, "the communicator was aborted");
       if (checkPeers_ && now - lastCheck > std::chrono::milliseconds(1)) {
         lastCheck = now;
@@ -566,21 +569,47 @@ void exchangeHeadered(FabricTransport& fabric, const std::vector<HeaderedMessage
                       size_t headerBytes,
                       const std::function<std::pair<void*, size_t>(size_t index)>& receiveInto,
                       const std::string& what) {
-  for (const HeaderedMessage& message : messages) {
-    if (message.isSend) {
+  // Every receive takes room for a header and an inline payload in one
+  // message; a payload that fits there travels with its header, a larger
+  // one after it, at the size the header announces.
+  const size_t inlineBytes = headerBytes + kInlinePayloadBytes <= fabric.maxMessage() ? kInlinePayloadBytes : 0;
+  const size_t room = headerBytes + inlineBytes;
+  std::vector<std::vector<char>> arrived(messages.size());
+  std::vector<size_t> arrivedBytes(messages.size());
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const HeaderedMessage& message = messages[i];
+    if (message.isSend && message.payloadBytes <= inlineBytes) {
+      std::vector<char> whole(static_cast<const char*>(message.header),
+                              static_cast<const char*>(message.header) + headerBytes);
+      whole.insert(whole.end(), static_cast<const char*>(message.payload),
+                   static_cast<const char*>(message.payload) + message.payloadBytes);
+      fabric.postBufferedSend(message.peer, whole.data(), whole.size());
+    } else if (message.isSend) {
       fabric.postBufferedSend(message.peer, message.header, headerBytes);
       fabric.postBufferedSend(message.peer, message.payload, message.payloadBytes);
     } else {
-      fabric.postRecv(message.peer, message.header, headerBytes);
+      arrived[i].resize(room);
+      fabric.postRecvUpTo(message.peer, arrived[i].data(), room, &arrivedBytes[i]);
     }
   }
   fabric.waitAll(what);  // every header: now the payloads' sizes are known
+  bool more = false;
   for (size_t i = 0; i < messages.size(); ++i) {
     if (messages[i].isSend) continue;
+    std::memcpy(messages[i].header, arrived[i].data(), headerBytes);
     const std::pair<void*, size_t> payload = receiveInto(i);
-    fabric.postRecv(messages[i].peer, payload.first, payload.second);
+    if (payload.second <= inlineBytes) {
+      if (arrivedBytes[i] != headerBytes + payload.second)
+        fail(ncclInternalError, what + ": rank " + std::to_string(messages[i].peer) + " sent a " +
+                                    std::to_string(arrivedBytes[i]) + "-byte message announcing " +
+                                    std::to_string(payload.second) + " bytes behind its header");
+      std::memcpy(payload.first, arrived[i].data() + headerBytes, payload.second);
+    } else {
+      fabric.postRecv(messages[i].peer, payload.first, payload.second);
+      more = true;
+    }
   }
-  fabric.waitAll(what);
+  if (more) fabric.waitAll(what);
 }
 
 }  // namespace mojoccl

@@ -178,9 +178,10 @@ class FabricTransport {
   size_t maxMessage_;
   int timeoutSeconds_;
   PeerCheck checkPeers_;
-  // A wait polls this long without a completion, then sleeps on the
-  // completion queue where the provider gives it a wait object.
-  static constexpr auto kSpinBeforeSleeping = std::chrono::microseconds(100);
+  // A wait polls (yielding its core between polls) this long without a
+  // completion, then sleeps on the completion queue where the provider
+  // gives it a wait object.
+  static constexpr auto kPollBeforeSleeping = std::chrono::milliseconds(1);
   static constexpr int kSleepMilliseconds = 1;
   bool canSleep_ = false;
 
@@ -222,7 +223,9 @@ struct HeaderedMessage {
 // Posts `messages` in order (sends buffered: header and payload go at once,
 // and every header receive), waits for them; then `receiveInto(i)` says
 // where the payload of receive `messages[i]` goes and how long it is, and
-// those receives are posted and waited for.
+// those receives are posted and waited for. A payload of up to
+// kInlinePayloadBytes travels in its header's message: one message, one wait.
+constexpr size_t kInlinePayloadBytes = 4096;
 void exchangeHeadered(FabricTransport& fabric, const std::vector<HeaderedMessage>& messages,
                       size_t headerBytes,
                       const std::function<std::pair<void*, size_t>(size_t index)>& receiveInto,

@@ -210,9 +210,17 @@ ShmTransport::~ShmTransport() {
       SharedSegment::unlink(bufferName(self_, peer, buffer.serial));  // if never opened
     }
   removeOrphanBuffers();  // messages a killed peer sent us and we never took
-  if (segment_.data() == nullptr) return;
+  if (segment_.data() != nullptr) markDeparted();
+}
+
+void ShmTransport::markDeparted() {
   ControlBlock& mine = control(self_);
   mine.departed.store(1);
+  wakeWaitersOnUs();
+}
+
+void ShmTransport::wakeWaitersOnUs() {
+  ControlBlock& mine = control(self_);
   for (auto& counter : mine.stage) futexWakeAll(&counter.value);
   for (int peer = 0; peer < size(); ++peer)
     if (peer != self_) ring(control(peer).doorbell);  // whoever waits on us looks again
@@ -416,9 +424,7 @@ void ShmTransport::markFailed(const std::string& why) {
   if (mine.failed.load()) return;  // the first failure is the one to report
   snprintf(mine.failure, kFailureBytes, "%s", why.c_str());
   mine.failed.store(1, std::memory_order_release);
-  for (auto& counter : mine.stage) futexWakeAll(&counter.value);
-  for (int peer = 0; peer < size(); ++peer)
-    if (peer != self_) ring(control(peer).doorbell);
+  wakeWaitersOnUs();
 }
 
 void ShmTransport::raiseAlarm(const std::string& why) {

@@ -77,6 +77,9 @@ class ShmTransport {
   // Records why this rank's part of a collective failed: peers waiting on it
   // raise "rank N failed: <why>" within 50 ms instead of waiting on.
   void markFailed(const std::string& why);
+  // This rank has left the communicator (destroyed or aborted it): peers
+  // waiting on it raise "rank N destroyed or aborted its communicator".
+  void markDeparted();
 
   // ---- the node's alarm: a rank of the communicator failed somewhere
   // Raised by the node's first rank (its PeerWatch, transports/peer_watch.h);
@@ -155,6 +158,7 @@ class ShmTransport {
   // before it went: then `arrived()` is true and nothing is thrown.
   void checkPeerUnless(int peer, const std::function<bool()>& arrived) const;
   void checkAlarm() const;
+  void wakeWaitersOnUs();
   bool peerExited(int peer) const;
   bool probeCrossMemoryAttach(Bootstrap& bootstrap);
 
