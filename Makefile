@@ -31,7 +31,7 @@ package-check: build
 	$(BIN)/python -m pytest tests -m "spack_install or packaging"
 
 # The conformance matrix across 8 simulated nodes of one rank each (about
-# five minutes; 2 and 4 nodes are in `make test`).
+# two minutes; 2 and 4 nodes are in `make test`).
 scale-check: build
 	$(BIN)/python -m pytest tests -m scale
 

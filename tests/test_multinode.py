@@ -37,7 +37,7 @@ def test_conformance_matrix_across_nodes(hosts):
 
 @pytest.mark.scale
 def test_conformance_matrix_across_eight_nodes():
-    # Four minutes on 2 cores: `make scale-check`.
+    # About two minutes on 2 cores: `make scale-check`.
     results = run_worker("collectives", 8, env=FABRIC, rank_env=on_nodes(*"abcdefgh"), timeout=900)
     for result in results:
         assert "checked" in result.stdout
