@@ -106,8 +106,7 @@ void Comm::openFabric(Bootstrap& bootstrap) {
     failure = error.what();
   }
   bootstrap.agreeOnSuccess(failure.empty(), failure);
-  const std::string algorithms = envString("MOJOCCL_NET_ALGO");
-  bootstrap.requireSameSetting("MOJOCCL_NET_ALGO", algorithms.empty() ? "auto" : algorithms);
+  bootstrap.requireSameSetting("MOJOCCL_NET_ALGO", NetworkAlgorithms::setting());
   fabric_ = std::make_unique<FabricTransport>(bootstrap, rank_, aborted_, timeoutSeconds);
   fabric_->traceRegistrations(trace);
   watch_ = std::make_unique<PeerWatch>(bootstrap, nodes_, node_, rank_, *shm_, timeoutSeconds);

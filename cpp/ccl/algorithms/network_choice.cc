@@ -34,10 +34,15 @@ double NetworkCostModel::seconds(NetworkAllReduce algorithm, int nodes, size_t b
   return steps * stepSeconds + sent / wireBytesPerSecond + reduced / reduceBytesPerSecond;
 }
 
+std::string NetworkAlgorithms::setting() {
+  const std::string text = envString("MOJOCCL_NET_ALGO");
+  return text.empty() ? "auto" : text;
+}
+
 NetworkAlgorithms NetworkAlgorithms::fromEnv() {
   NetworkAlgorithms algorithms;
-  const std::string text = envString("MOJOCCL_NET_ALGO", "auto");
-  if (text.empty() || text == "auto") {
+  const std::string text = setting();
+  if (text == "auto") {
     algorithms.allowed_ = kAllAlgorithms;
     return algorithms;
   }

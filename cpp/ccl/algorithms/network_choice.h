@@ -42,6 +42,8 @@ class NetworkAlgorithms {
   // MOJOCCL_NET_ALGO: `auto` (every algorithm) or a comma-separated list of
   // the ones allowed; anything else fails, naming the allowed values.
   static NetworkAlgorithms fromEnv();
+  // MOJOCCL_NET_ALGO as set, "auto" where unset or empty: what every rank must share.
+  static std::string setting();
   // Among the allowed ones, the fastest by the model.
   NetworkAllReduce allReduce(int nodes, size_t bytes) const;
   const NetworkCostModel& model() const { return model_; }
