@@ -5,6 +5,7 @@
 #   with the tcp provider, against gloo and MPI over TCP, and mojo in shared memory),
 #   4 ranks under torchrun (mojo, mojo+pool, gloo),
 #   the all-reduce between 2 and 4 single-rank nodes and the cost model's predictions,
+#   the all-reduce between 2 nodes of 2 ranks, on rails and by leaders alone,
 #   the reduction kernel against memcpy, and DDP steps/s.
 # Usage: benchmarks/run.sh [output-dir]   (default: benchmarks/results)
 set -euo pipefail
@@ -29,6 +30,13 @@ mpirun -np 2 --bind-to none --mca pml ob1 --mca btl self,tcp "$bin/python" -m to
 for nodes in 2 4; do
   "$bin/torch-mojo" bench --nproc $nodes --backends mojo+fabric,gloo --collectives all_reduce --sizes 256K,1M,16M \
     --output "$out/network-${nodes}nodes" | tee "$out/network-${nodes}nodes.txt"
+done
+# 2 nodes of 2 ranks: the all-reduce on rails (each local rank carries its
+# slice between nodes) and by the nodes' first ranks alone, next to the wire
+# (p2p: every rank swapping with its partner on the other node at once).
+for rails in 1 0; do
+  MOJOCCL_NET_RAILS=$rails "$bin/torch-mojo" bench --nproc 4 --ranks-per-node 2 --backends mojo+fabric,p2p,gloo \
+    --collectives all_reduce --sizes 256K,1M,16M,64M --output "$out/rails${rails}-2x2" | tee "$out/rails${rails}-2x2.txt"
 done
 "$bin/torch-mojo" bench --model --sizes 256K,1M,16M --measured "$out/network-2nodes.csv,$out/network-4nodes.csv" \
   | tee "$out/network-model.txt"

@@ -37,6 +37,21 @@ def test_collectives_table_csv_and_plot(tmp_path):
     assert (tmp_path / "out.png").stat().st_size > 10_000
 
 
+def test_across_two_nodes_of_two_ranks_with_the_wire_column(tmp_path):
+    # The nodes are simulated (MOJOCCL_HOSTID): ranks 0, 1 and 2, 3; each
+    # p2p swap crosses between them, and its checked run says who sent it.
+    out = bench(tmp_path, "--collectives", "all_reduce", "--sizes", "1M", "--backends", "mojo+fabric,p2p",
+                "--ranks-per-node", "2", "--min-seconds", "0.01", launcher=[
+                    sys.executable, "-m", "torch_mojo.cli", "bench", "--nproc", "4"])
+    assert "mojo+fabric/p2p" in out
+    [row] = table_rows(out)
+    cells = [cell.split() for cell in row.split("|")[1:3]]
+    assert all(cell[-1] == "0" for cell in cells), row
+    with pytest.raises(AssertionError, match="must divide the 4 ranks into at least 2 nodes"):
+        bench(tmp_path, "--backends", "p2p", "--ranks-per-node", "4",
+              launcher=[sys.executable, "-m", "torch_mojo.cli", "bench", "--nproc", "4"])
+
+
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed")
 def test_under_mpirun_adds_the_mpi_column(tmp_path):
     out = bench(tmp_path, "--collectives", "all_reduce", "--sizes", "4K", "--backends", "mojo,mpi",

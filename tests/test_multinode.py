@@ -56,19 +56,22 @@ def test_conformance_matrix_over_libfabrics_shm_provider():
                rank_env=on_nodes("a", "b"), timeout=120)
 
 
-def test_conformance_matrix_through_the_registered_staging_region():
+@pytest.mark.parametrize("rails", ["0", "1"])
+def test_conformance_matrix_through_the_registered_staging_region(rails):
     # MOJOCCL_FABRIC_MR_LOCAL=1 takes the path of providers that need every
     # buffer registered (FI_MR_LOCAL, as verbs) on tcp: ordinary memory goes
     # through the registered staging region, here 1 MiB (16 slots of 64 KiB,
     # so large messages wait for slots), and the results are the same.
-    env = {**FABRIC, "MOJOCCL_FABRIC_MR_LOCAL": "1", "MOJOCCL_REGION_MB": "1", "MOJOCCL_IB_TRACE": "1"}
+    env = {**FABRIC, "MOJOCCL_FABRIC_MR_LOCAL": "1", "MOJOCCL_REGION_MB": "1", "MOJOCCL_IB_TRACE": "1",
+           "MOJOCCL_NET_RAILS": rails}
     results = run_worker("collectives", 4, "--quick", env=env, rank_env=on_nodes("a", "a", "b", "b"), timeout=300)
+    # Registered at first use, by the ranks that move ordinary memory
+    # between nodes: on rails every rank, else the nodes' first ranks.
+    carriers = (0, 1, 2, 3) if rails == "1" else (0, 2)
     for result in results:
         assert "checked" in result.stdout
-        # Registered at first use: only the nodes' first ranks move these
-        # collectives between nodes, and only they pin the region.
         registered = "registered the 1048576-byte staging region with tcp" in result.stderr
-        assert registered == (result.rank in (0, 2)), result.stderr[-3000:]
+        assert registered == (result.rank in carriers), result.stderr[-3000:]
     for leader in (results[0], results[2]):
         line = next(line for line in leader.stderr.splitlines() if "messages went through" in line)
         staged = int(line.split(": ")[1].split()[0])
@@ -93,6 +96,9 @@ def test_trace_names_each_ranks_node_and_provider():
         ({"MOJOCCL_FABRIC_PROVIDER": "nosuch"}, "Providers here: tcp;ofi_rxm"),
         ({**FABRIC, "MOJOCCL_FABRIC_DOMAIN": "nosuch0"},
          "has no domain 'nosuch0' (MOJOCCL_FABRIC_DOMAIN); its domains here: "),
+        ({**FABRIC, "MOJOCCL_FABRIC_DOMAIN": "lo,mlx5_9"},
+         "has no domain 'mlx5_9' (MOJOCCL_FABRIC_DOMAIN=lo,mlx5_9); its domains here: "),
+        ({**FABRIC, "MOJOCCL_NET_RAILS": "yes"}, "MOJOCCL_NET_RAILS=yes is not valid: expected one of 0, 1"),
         ({**FABRIC, "MOJOCCL_LIBFABRIC": "/nonexistent/libfabric.so.1"},
          "libfabric could not be loaded, and it carries collectives between nodes"),
         ({**FABRIC, "MOJOCCL_NET": "verbs"}, "libfabric's verbs provider serves InfiniBand"),
@@ -107,7 +113,8 @@ def test_trace_names_each_ranks_node_and_provider():
          "MOJOCCL_NET_ALGO=ring,tree is not valid: expected auto, or a comma-separated list of ring, "
          "recursive_doubling"),
     ],
-    ids=["default provider absent", "unknown provider", "unknown domain", "no libfabric", "verbs", "bad timeout",
+    ids=["default provider absent", "unknown provider", "unknown domain", "unknown domain in a list", "bad rails",
+         "no libfabric", "verbs", "bad timeout",
          "bad region size", "registration without a region", "unknown algorithm"],
 )
 def test_bad_fabric_settings_fail_every_rank_at_once(env, message):
@@ -119,15 +126,42 @@ def test_bad_fabric_settings_fail_every_rank_at_once(env, message):
     assert time.monotonic() - start < 30
 
 
-def test_an_algorithm_setting_that_differs_between_ranks_fails_every_rank():
-    # Leaders that chose different algorithms would not meet.
+@pytest.mark.parametrize("variable, value, default", [("MOJOCCL_NET_ALGO", "ring", "auto"), ("MOJOCCL_NET_RAILS", "0", "1")])
+def test_an_algorithm_setting_that_differs_between_ranks_fails_every_rank(variable, value, default):
+    # Ranks that chose different algorithms would not meet.
     results = run_worker("ccl", 2, "init", env=FABRIC, timeout=60, rank_env={
-        0: {"MOJOCCL_HOSTID": "a", "MOJOCCL_NET_ALGO": "ring"},
+        0: {"MOJOCCL_HOSTID": "a", variable: value},
         1: {"MOJOCCL_HOSTID": "b"},
     })
     for result in results:
-        assert "MOJOCCL_NET_ALGO is 'ring' on rank 0 and 'auto' on rank 1: set it alike on every rank" in result.stdout, \
-            result.stdout
+        assert f"{variable} is '{value}' on rank 0 and '{default}' on rank 1: set it alike on every rank" \
+            in result.stdout, result.stdout
+
+
+def test_rails_each_local_rank_on_its_own_domain():
+    # Nodes of 2 ranks, interleaved: local rank i of each node carries slice
+    # i of a large all-reduce on its own endpoint, here on its own domain of
+    # the list (lo for the first, eth0 for the second). The whole matrix:
+    # reduce-scatters whose nodes are not rank ranges, and reduces, run on
+    # the rails too.
+    domains = ",".join(sorted(_tcp_domains())[:2])
+    env = {**FABRIC, "MOJOCCL_FABRIC_DOMAIN": domains, "MOJOCCL_IB_TRACE": "1"}
+    results = run_worker("collectives", 4, env=env, rank_env=on_nodes("a", "b", "a", "b"), timeout=400)
+    for result in results:
+        assert "checked" in result.stdout
+        local = result.rank // 2
+        domain = domains.split(",")[local % len(domains.split(","))]
+        assert f"rail {local} of 2); between nodes: tcp;ofi_rxm on {domain} " in result.stderr, result.stderr[-2000:]
+
+
+def _tcp_domains():
+    from torch_mojo.doctor.facts import describe_fabric
+    # An unknown name makes libmojoccl list the domains there are.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MOJOCCL_FABRIC_PROVIDER", "tcp")
+        patch.setenv("MOJOCCL_FABRIC_DOMAIN", "none-such")
+        _, failure = describe_fabric(0)
+    return failure.split("its domains here: ")[1].split(", ")
 
 
 def test_recursive_doubling_between_three_nodes():

@@ -198,13 +198,14 @@ MOJOCCL_API const char* ncclGetLastError(ncclComm_t /*comm: NCCL ignores it too*
 }
 
 // libmojoccl's own: which provider and domain a communicator spanning nodes
-// would open on this rank, as text ("tcp;ofi_rxm on lo (libfabric 1.17,
-// ...)"); when it could not, ncclInvalidUsage and ncclGetLastError() say why.
-MOJOCCL_API ncclResult_t mojocclDescribeFabric(char* text, size_t size) {
+// would open on this rank, the `localRank`th of its node, as text
+// ("tcp;ofi_rxm on lo (libfabric 1.17, ...)"); when it could not,
+// ncclInvalidUsage and ncclGetLastError() say why.
+MOJOCCL_API ncclResult_t mojocclDescribeFabric(int localRank, char* text, size_t size) {
   return guarded([&] {
     if (text == nullptr || size == 0) mojoccl::fail(ncclInvalidArgument, "mojocclDescribeFabric: no buffer");
     const mojoccl::LibFabric& library = mojoccl::LibFabric::get();
-    mojoccl::FabricChoice choice = mojoccl::chooseFabric(library);
+    mojoccl::FabricChoice choice = mojoccl::chooseFabric(library, localRank < 0 ? 0 : localRank);
     std::string description = choice.info ? mojoccl::describeFabric(choice.info, library) : "";
     if (choice.list) library.freeinfo(choice.list);
     if (!choice.failure.empty()) mojoccl::fail(ncclInvalidUsage, choice.failure);

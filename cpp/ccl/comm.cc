@@ -26,6 +26,10 @@ constexpr size_t kSlotBytes = 1 << 20;
 // Up to this size one-shot all-reduce wins whatever the rank count; above it
 // two-shot does once more than two ranks share the work.
 constexpr size_t kOneShotMaxBytes = 64 << 10;
+// A rail's slice at least this large: nodes of many ranks (a CPU rank per
+// core) would otherwise cut a mid-size all-reduce into as many streams of
+// small messages, each paying every step's latency.
+constexpr size_t kMinRailSliceBytes = 64 << 10;
 
 AllReduceAlgorithm allReduceAlgorithmFromEnv() {
   std::string choice = envChoice("MOJOCCL_ALGO", "auto", {"auto", "one_shot", "two_shot"});
@@ -65,9 +69,9 @@ Comm::Comm(const ncclUniqueId& id, int nranks, int rank)
   groupIntoNodes(ranks);
   std::vector<ShmPeer> peers;
   for (int peer : nodes_[node_]) peers.push_back({peer, ranks[peer].pid});
-  const int self = static_cast<int>(std::find(nodes_[node_].begin(), nodes_[node_].end(), rank) -
-                                    nodes_[node_].begin());
-  shm_ = std::make_unique<ShmTransport>(bootstrap, peers, self, segmentName(id, ranks[rank].hostHash),
+  localIndex_ = static_cast<int>(std::find(nodes_[node_].begin(), nodes_[node_].end(), rank) -
+                                 nodes_[node_].begin());
+  shm_ = std::make_unique<ShmTransport>(bootstrap, peers, localIndex_, segmentName(id, ranks[rank].hostHash),
                                         kSlotBytes, aborted_);
   if (nodes_.size() > 1) openFabric(bootstrap);
   bootstrap.close();
@@ -91,6 +95,7 @@ void Comm::openFabric(Bootstrap& bootstrap) {
   std::string failure;
   bool trace = false;
   int timeoutSeconds = 0;
+  std::string railsSetting;
   try {
     if (envChoice("MOJOCCL_NET", "fabric", {"verbs", "fabric"}) == "verbs")
       fail(ncclInvalidUsage,
@@ -101,13 +106,17 @@ void Comm::openFabric(Bootstrap& bootstrap) {
     forcedLocalRegistration();  // read here so that a bad value fails every rank at once
     stagingMegabytes();
     networkAlgorithms_ = NetworkAlgorithms::fromEnv();
+    railsSetting = envChoice("MOJOCCL_NET_RAILS", "1", {"0", "1"});
     LibFabric::get();
   } catch (const Error& error) {
     failure = error.what();
   }
   bootstrap.agreeOnSuccess(failure.empty(), failure);
   bootstrap.requireSameSetting("MOJOCCL_NET_ALGO", NetworkAlgorithms::setting());
-  fabric_ = std::make_unique<FabricTransport>(bootstrap, rank_, aborted_, timeoutSeconds);
+  bootstrap.requireSameSetting("MOJOCCL_NET_RAILS", railsSetting);
+  rails_ = railsSetting == "1" && nodes_[0].size() > 1 &&
+           std::all_of(nodes_.begin(), nodes_.end(), [&](const auto& node) { return node.size() == nodes_[0].size(); });
+  fabric_ = std::make_unique<FabricTransport>(bootstrap, rank_, localIndex_, aborted_, timeoutSeconds);
   fabric_->traceRegistrations(trace);
   watch_ = std::make_unique<PeerWatch>(bootstrap, nodes_, node_, rank_, *shm_, timeoutSeconds);
   // A rank waiting on another node waits on no one here: the node's alarm
@@ -127,8 +136,11 @@ void Comm::openFabric(Bootstrap& bootstrap) {
   if (trace) {
     std::string local;
     for (int peer : nodes_[node_]) local += (local.empty() ? "" : ",") + std::to_string(peer);
-    fprintf(stderr, "[mojoccl] rank %d: node %d of %zu (ranks %s, leader %d); between nodes: %s\n",
-            rank_, node_, nodes_.size(), local.c_str(), leader(), fabric_->describe().c_str());
+    const std::string carriers = rails_ ? "rail " + std::to_string(localIndex_) + " of " +
+                                              std::to_string(nodes_[node_].size())
+                                        : "leader " + std::to_string(leader());
+    fprintf(stderr, "[mojoccl] rank %d: node %d of %zu (ranks %s, %s); between nodes: %s\n", rank_, node_,
+            nodes_.size(), local.c_str(), carriers.c_str(), fabric_->describe().c_str());
   }
 }
 
@@ -245,9 +257,9 @@ char* Comm::scratch(size_t bytes) {
   return scratch_.data();
 }
 
-NetworkGroup Comm::leaders(const Call& call) {
+NetworkGroup Comm::rail(const Call& call, int index) {
   std::vector<int> ranks;
-  for (const auto& node : nodes_) ranks.push_back(node[0]);
+  for (const auto& node : nodes_) ranks.push_back(node[index]);
   return {*fabric_, ranks, node_, call.describe() + " across nodes"};
 }
 
@@ -450,31 +462,68 @@ void Comm::allReduceAcrossNodes(const Call& call, void* result) {
     convert(result, call.datatype, wide_.data(), ncclFloat32, call.count);
     return;
   }
+  if (onRails() && call.count * datatypeSize(call.datatype) / nodes_[node_].size() >= kMinRailSliceBytes)
+    return allReduceOnRails(call, result);
   // AVG sums everywhere and divides once, by the whole rank count.
-  const ncclRedOp_t op = call.op == ncclAvg ? ncclSum : call.op;
   Call toLeader = call;
   toLeader.kind = CallKind::Reduce;
   toLeader.recv = result;
-  toLeader.op = op;
+  toLeader.op = call.op == ncclAvg ? ncclSum : call.op;
   toLeader.root = leader();
   localReduce(toLeader);
-  if (isLeader()) {
-    const NetworkGroup group = leaders(call);
-    const size_t bytes = call.count * datatypeSize(call.datatype);
-    if (networkAlgorithms_.allReduce(group.size(), bytes) == NetworkAllReduce::RecursiveDoubling)
-      networkAllReduceRecursiveDoubling(group, result, call.count, call.datatype, op);
-    else
-      networkAllReduce(group, result, call.count, call.datatype, op);
-    if (call.op == ncclAvg) {
-      const void* sum[1] = {result};
-      mojoccl::reduce(result, sum, 1, call.count, call.datatype, ncclAvg, size_);
-    }
-  }
+  if (isLeader()) allReduceBetweenNodes(leaders(call), result, call.count, call);
   Call fromLeader = call;
   fromLeader.kind = CallKind::Broadcast;
   fromLeader.send = fromLeader.recv = result;
   fromLeader.root = leader();
   localBroadcast(fromLeader);
+}
+
+void Comm::allReduceBetweenNodes(const NetworkGroup& group, void* data, size_t count, const Call& call) {
+  const ncclRedOp_t op = call.op == ncclAvg ? ncclSum : call.op;
+  if (networkAlgorithms_.allReduce(group.size(), count * datatypeSize(call.datatype)) ==
+      NetworkAllReduce::RecursiveDoubling)
+    networkAllReduceRecursiveDoubling(group, data, count, call.datatype, op);
+  else
+    networkAllReduce(group, data, count, call.datatype, op);
+  if (call.op == ncclAvg) {
+    const void* sum[1] = {data};
+    mojoccl::reduce(data, sum, 1, count, call.datatype, ncclAvg, size_);
+  }
+}
+
+// Local rank i reduces slice i of its node's buffers (a reduce-scatter in
+// shared memory), all-reduces it with local rank i of every other node,
+// and the node's ranks gather the slices. Slices are equal; where the node's
+// ranks do not divide the count, the call runs in a padded copy.
+void Comm::allReduceOnRails(const Call& call, void* result) {
+  const size_t size = datatypeSize(call.datatype);
+  const int perNode = static_cast<int>(nodes_[node_].size());
+  const size_t slice = (call.count + perNode - 1) / perNode;
+  const bool even = slice * perNode == call.count;
+  char* whole = static_cast<char*>(result);
+  if (!even) {
+    railBuffer_.resize(slice * perNode * size);
+    whole = railBuffer_.data();
+    std::memcpy(whole, call.send, call.count * size);
+    std::memset(whole + call.count * size, 0, (slice * perNode - call.count) * size);
+  }
+  char* mine = whole + localIndex_ * slice * size;
+  Call scatter = call;
+  scatter.kind = CallKind::ReduceScatter;
+  scatter.send = even ? call.send : whole;
+  scatter.recv = mine;
+  scatter.count = slice;
+  scatter.op = call.op == ncclAvg ? ncclSum : call.op;
+  localReduceScatter(scatter);
+  allReduceBetweenNodes(rail(call, localIndex_), mine, slice, call);
+  Call gather = call;
+  gather.kind = CallKind::AllGather;
+  gather.send = mine;
+  gather.recv = whole;
+  gather.count = slice;
+  localAllGather(gather);
+  if (!even) std::memcpy(result, whole, call.count * size);
 }
 
 void Comm::broadcastAcrossNodes(const Call& call) {

@@ -5,7 +5,11 @@
 // memory; when the communicator spans nodes, collectives are hierarchical:
 // each node reduces or gathers to its lowest rank (its leader) through shared
 // memory, the leaders run the collective among themselves over libfabric,
-// and each leader hands the result back to its node.
+// and each leader hands the result back to its node. Where every node has
+// the same number of ranks, a large all-reduce runs on rails instead: local
+// rank i of every node carries slice i between nodes, on its own endpoint
+// (and NIC, MOJOCCL_FABRIC_DOMAIN), so that no rank and no NIC of a node
+// sits idle while one leader moves all of its bytes.
 #pragma once
 
 #include <atomic>
@@ -106,7 +110,12 @@ class Comm {
   bool spansNodes() const { return fabric_ != nullptr; }
   int leader() const { return nodes_[node_][0]; }
   bool isLeader() const { return leader() == rank_; }
-  NetworkGroup leaders(const Call& call);
+  // Local rank `index` of every node, in node order; rail 0 is the leaders.
+  NetworkGroup rail(const Call& call, int index);
+  NetworkGroup leaders(const Call& call) { return rail(call, 0); }
+  // Every node has the same number of ranks, more than one, and
+  // MOJOCCL_NET_RAILS does not turn rails off.
+  bool onRails() const { return rails_; }
   void agreeAcrossNodes(const Call& call);
   std::string nodeDisagreement(const Call& call);
   std::string disagreementAcrossNodes(const char* reports, size_t stride) const;
@@ -124,6 +133,12 @@ class Comm {
   // The all-reduce of `call` with its result in `result` on every rank.
   void allReduceAcrossNodes(const Call& call, void* result);
   void allReduceAcrossNodesInPlace(const Call& call) { allReduceAcrossNodes(call, call.recv); }
+  // The same on rails: a reduce-scatter within the node, each slice's
+  // all-reduce on its rail, an all-gather within the node.
+  void allReduceOnRails(const Call& call, void* result);
+  // The all-reduce among the members of `group` of `count` elements at `data`, in place,
+  // by the algorithm the cost model picks; AVG divides by the whole rank count.
+  void allReduceBetweenNodes(const NetworkGroup& group, void* data, size_t count, const Call& call);
   void broadcastAcrossNodes(const Call& call);
   void allGatherAcrossNodes(const Call& call);
   void reduceScatterAcrossNodes(const Call& call);
@@ -155,6 +170,9 @@ class Comm {
   std::vector<std::vector<int>> nodes_;  // each node's ranks; nodes ordered by their lowest rank
   std::vector<int> nodeOfRank_;
   int node_ = 0;  // ours
+  int localIndex_ = 0;  // our place among our node's ranks
+  bool rails_ = false;
+  std::vector<char> railBuffer_;  // a rail all-reduce whose count the node's ranks do not divide
   // They go in the reverse order of these lines (releaseTransports() too):
   // the fabric first, delivering this rank's last sends, and only then the
   // watch, which tells the other nodes that this rank left.

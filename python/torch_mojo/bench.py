@@ -25,6 +25,11 @@ same machine:
                 for a node of its own (MOJOCCL_HOSTID): the libfabric path
                 between nodes, with MOJOCCL_FABRIC_PROVIDER (default here:
                 tcp, as one machine has no fabric NIC)
+                (--ranks-per-node K: consecutive ranks share a node, K per node)
+  p2p           the wire itself, in the same run: each rank swaps a message
+                of the size with its partner on the next node (send and
+                receive at once, on the mojo+fabric group); "busbw" is the
+                bytes one way per second, both ways busy
   gloo          dist.<collective> on a gloo group over the same ranks
   mojoccl       libmojoccl's NCCL API called directly (the library alone)
   mojoccl+pool  the same, on ncclMemAlloc buffers
@@ -164,6 +169,40 @@ class TorchRunner(Runner):
         else:
             dist.all_to_all_single(recv, send, group=self.group)
         return send if collective in ("all_reduce", "broadcast") else recv
+
+
+class PointToPointRunner(TorchRunner):
+    """Whatever the collective: a swap of the whole buffer with the rank
+    `ranks_per_node` further on (the next node), both ways at once."""
+
+    def __init__(self, world, rank, group, ranks_per_node):
+        super().__init__(world, rank, "p2p", group)
+        self.partner = (rank + ranks_per_node) % world
+        self.back = (rank - ranks_per_node) % world
+
+    def buffers(self, collective, count):
+        send, recv = self.allocate(count), self.allocate(count)
+        send.copy_(self.input_values(collective, count))
+        return send, recv
+
+    def input_values(self, collective, count):
+        import torch
+
+        return torch.full((count,), float(self.rank + 1))
+
+    def expected(self, collective, count):
+        import torch
+
+        return torch.full((count,), float(self.back + 1))
+
+    def run(self, collective, send, recv):
+        import torch.distributed as dist
+
+        requests = dist.batch_isend_irecv([dist.P2POp(dist.isend, send, self.partner, self.group),
+                                           dist.P2POp(dist.irecv, recv, self.back, self.group)])
+        for request in requests:
+            request.wait()
+        return recv
 
 
 class LibraryRunner(Runner):
@@ -392,7 +431,7 @@ def write_outputs(rows, prefix, world):
 
 
 def print_table(collective, sizes, results, backends, world):
-    baselines = [name for name in ("gloo", "mpi") if name in backends]
+    baselines = [name for name in ("gloo", "mpi", "p2p") if name in backends]
     header = f"{'size':>9} {'count':>10} {'type':>7} {'redop':>5}"
     for name in backends:
         header += f" | {name:>8}: {'time(us)':>9} {'busbw':>7} {'#wrong':>6}"
@@ -423,6 +462,8 @@ def main(argv=None):
     parser.add_argument("--backends", default="mojo,mojo+pool,gloo,mojoccl,mojoccl+pool,mpi",
                         help="any of mojo, mojo+pool, mojo+fabric, gloo, mojoccl, mojoccl+pool, mpi (mpi only "
                         "under MPI)")
+    parser.add_argument("--ranks-per-node", type=int, default=1,
+                        help="mojo+fabric and p2p: consecutive ranks that share a node")
     parser.add_argument("--min-seconds", type=float, default=0.3, help="time per size and backend")
     parser.add_argument("--max-iterations", type=int, default=2000)
     parser.add_argument("--output", default="bench", help="prefix of the .csv and .png written by rank 0")
@@ -482,14 +523,22 @@ def main(argv=None):
         return
 
     wanted = args.backends.split(",")
+    if world % args.ranks_per_node or (world == args.ranks_per_node and {"mojo+fabric", "p2p"} & set(wanted)):
+        raise SystemExit(f"torch-mojo bench: --ranks-per-node {args.ranks_per_node} must divide the {world} ranks "
+                         "into at least 2 nodes")
+    across_nodes = None
     runners = []
     for name in wanted:
+        if name in ("mojo+fabric", "p2p") and across_nodes is None:
+            across_nodes = _group_across_nodes(rank // args.ranks_per_node)
         if name == "mojo":
             runners.append(TorchRunner(world, rank, "mojo", None))
         elif name == "mojo+pool":
             runners.append(TorchRunner(world, rank, "mojo+pool", None, _pool()))
         elif name == "mojo+fabric":
-            runners.append(TorchRunner(world, rank, "mojo+fabric", _group_across_nodes(rank)))
+            runners.append(TorchRunner(world, rank, "mojo+fabric", across_nodes))
+        elif name == "p2p":
+            runners.append(PointToPointRunner(world, rank, across_nodes, args.ranks_per_node))
         elif name == "gloo":
             runners.append(TorchRunner(world, rank, "gloo", gloo))
         elif name == "mojoccl":
@@ -512,7 +561,7 @@ def main(argv=None):
                 seconds = over_ranks(seconds, gloo, world)
                 wrong = over_ranks(wrong, gloo, world)
                 algbw = count * 4 / seconds / 1e9
-                busbw = algbw * BUS_FACTOR[collective](world)
+                busbw = algbw * (1.0 if runner.name == "p2p" else BUS_FACTOR[collective](world))
                 results[(runner.name, size)] = (seconds, busbw, wrong)
                 rows.append({"collective": collective, "size_bytes": size, "count": count, "type": "float32",
                              "backend": runner.name, "ranks": world, "time_us": round(seconds * 1e6, 2),
@@ -559,14 +608,14 @@ def print_model(sizes: list[int], measured_paths: str):
                   f"{f'{seen:.0f}' if seen is not None else '':>9}")
 
 
-def _group_across_nodes(rank):
-    """A mojo group over all ranks, each of them a node of its own: its
+def _group_across_nodes(node):
+    """A mojo group over all ranks, this one on node `node`: its
     communicator is made, and reads MOJOCCL_HOSTID, at its first call."""
     import torch
     import torch.distributed as dist
 
     saved = {name: os.environ.get(name) for name in ("MOJOCCL_HOSTID", "MOJOCCL_FABRIC_PROVIDER")}
-    os.environ["MOJOCCL_HOSTID"] = f"bench-node-{rank}"
+    os.environ["MOJOCCL_HOSTID"] = f"bench-node-{node}"
     os.environ.setdefault("MOJOCCL_FABRIC_PROVIDER", "tcp")
     try:
         group = dist.new_group(backend="mojo")

@@ -187,6 +187,14 @@ VARIABLES: tuple[Variable, ...] = (
         listed=("ring", "recursive_doubling"),
     ),
     Variable(
+        "MOJOCCL_NET_RAILS",
+        "1",
+        "`1`: where every node has the same number of ranks, a large all-reduce runs on rails (local "
+        "rank i of every node carries slice i between nodes, on its own endpoint and NIC); `0`: the "
+        "node's first rank alone carries its bytes. Must be the same on every rank",
+        choices=("0", "1"),
+    ),
+    Variable(
         "MOJOCCL_ZERO_COPY",
         "1",
         "`0` stops ranks from reading each other's buffers in place (registered pool, "
@@ -219,8 +227,10 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("MOJOCCL_IB_HCA", "chosen by GPU/NIC locality", "InfiniBand adapter to use", used=False),
     Variable(
         "MOJOCCL_FABRIC_DOMAIN",
-        "the provider's first",
-        "libfabric domain (NIC) to use, such as `cxi0`, `mlx5_0` or, for `tcp`, an interface",
+        "by NUMA locality where the provider reports its NICs' PCI addresses, else the provider's first",
+        "libfabric domain (NIC) to use, such as `cxi0`, `mlx5_0` or, for `tcp`, an interface; a "
+        "comma-separated list (`cxi0,cxi1,cxi2,cxi3`) gives local rank i the (i mod n)th, so that "
+        "each rank drives its own NIC",
     ),
     Variable(
         "MOJOCCL_FABRIC_PROVIDER",

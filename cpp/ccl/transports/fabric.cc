@@ -40,83 +40,10 @@ struct Address {
   char bytes[kAddressBytes];
 };
 
-std::string joined(const std::vector<std::string>& names) {
-  std::string text;
-  for (const auto& name : names) text += (text.empty() ? "" : ", ") + name;
-  return text.empty() ? "none" : text;
-}
-
 }  // namespace
 
-bool forcedLocalRegistration() { return envChoice("MOJOCCL_FABRIC_MR_LOCAL", "0", {"0", "1"}) == "1"; }
-
-int64_t stagingMegabytes() { return envInt("MOJOCCL_REGION_MB", 256, 0, 65536); }
-
-bool registersLocalBuffers(const fi_info* info) {
-  return (info->domain_attr->mr_mode & FI_MR_LOCAL) || forcedLocalRegistration();
-}
-
-FabricChoice chooseFabric(const LibFabric& library) {
-  FabricChoice choice;
-  std::string provider = envString("MOJOCCL_FABRIC_PROVIDER", "cxi");
-  std::string domain = envString("MOJOCCL_FABRIC_DOMAIN");
-
-  fi_info* hints = library.dupinfo(nullptr);
-  hints->caps = FI_TAGGED;
-  hints->mode = FI_CONTEXT | FI_CONTEXT2;
-  hints->ep_attr->type = FI_EP_RDM;
-  hints->domain_attr->threading = FI_THREAD_DOMAIN;
-  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY |
-                                FI_MR_ENDPOINT;
-  hints->fabric_attr->prov_name = strdup(provider.c_str());
-  if (!domain.empty()) hints->domain_attr->name = strdup(domain.c_str());
-  int status = library.getinfo(FI_VERSION(1, 10), nullptr, nullptr, 0, hints, &choice.list);
-  library.freeinfo(hints);
-  // Utility providers (ofi_rxm) may not filter by domain: pick it here.
-  // Where domains are network interfaces (tcp), MOJOCCL_SOCKET_IFNAME
-  // chooses among them, as NCCL_SOCKET_IFNAME does for NCCL's sockets.
-  std::vector<std::string> domains;
-  std::string ifname = envString("MOJOCCL_SOCKET_IFNAME");
-  fi_info* byInterface = nullptr;
-  for (fi_info* info = choice.list; info != nullptr; info = info->next) {
-    std::string name = info->domain_attr->name;
-    if (!choice.info && (domain.empty() || domain == name)) choice.info = info;
-    if (!byInterface && domain.empty() && !ifname.empty() && matchesIfname(name, ifname)) byInterface = info;
-    if (std::find(domains.begin(), domains.end(), name) == domains.end()) domains.push_back(name);
-  }
-  if (byInterface) choice.info = byInterface;
-
-  if (status == 0 && choice.list != nullptr && choice.info == nullptr) {
-    choice.failure = "libfabric provider " + std::string(choice.list->fabric_attr->prov_name) +
-                     " has no domain '" + domain + "' (MOJOCCL_FABRIC_DOMAIN); its domains here: " +
-                     joined(domains);
-  } else if (status != 0 || choice.info == nullptr) {
-    choice.failure = "libfabric " + library.versionText() + " (" + library.path + ") has no provider '" +
-                     provider + "'" + (domain.empty() ? "" : " with domain '" + domain + "'") +
-                     " offering reliable tagged messages (FI_EP_RDM, FI_TAGGED): " +
-                     library.strerror(-status) + ". Providers here: " + joined(library.providers()) +
-                     ". Set MOJOCCL_FABRIC_PROVIDER to one of them (cxi on Slingshot, verbs on "
-                     "InfiniBand, tcp elsewhere)" +
-                     (domain.empty() ? "" : ", or MOJOCCL_FABRIC_DOMAIN to one of its domains");
-  } else if (registersLocalBuffers(choice.info) && stagingMegabytes() == 0) {
-    choice.failure = std::string(forcedLocalRegistration()
-                                     ? "MOJOCCL_FABRIC_MR_LOCAL=1 registers every buffer"
-                                     : "libfabric provider " + std::string(choice.info->fabric_attr->prov_name) +
-                                           " needs registered local buffers (FI_MR_LOCAL)") +
-                     ", and MOJOCCL_REGION_MB=0 turns off the registered staging buffer that ordinary "
-                     "memory goes through: unset MOJOCCL_REGION_MB (256 MiB) or set it to a size in MiB";
-  }
-  if (!choice.failure.empty()) choice.info = nullptr;
-  return choice;
-}
-
-std::string describeFabric(const fi_info* info, const LibFabric& library) {
-  return std::string(info->fabric_attr->prov_name) + " on " + info->domain_attr->name + " (libfabric " +
-         library.versionText() + ", " + library.path + ")";
-}
-
-FabricTransport::FabricTransport(Bootstrap& bootstrap, int rank, const std::atomic<bool>& aborted,
-                                 int timeoutSeconds)
+FabricTransport::FabricTransport(Bootstrap& bootstrap, int rank, int localIndex,
+                                 const std::atomic<bool>& aborted, int timeoutSeconds)
     : library_(LibFabric::get()),
       rank_(rank),
       aborted_(aborted),
@@ -128,7 +55,7 @@ FabricTransport::FabricTransport(Bootstrap& bootstrap, int rank, const std::atom
     fail(ncclInvalidUsage, "libmojoccl's fabric transport serves at most " +
                                std::to_string(kMaxRanks) + " ranks");
   std::optional<SignalHandlersKept> handlers(std::in_place);  // while providers load
-  FabricChoice choice = chooseFabric(library_);
+  FabricChoice choice = chooseFabric(library_, localIndex);
   infoList_ = choice.list;
   info_ = choice.info;
   std::string failure = choice.failure;

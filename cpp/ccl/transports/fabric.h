@@ -36,27 +36,10 @@
 #include <rdma/fi_domain.h>
 
 #include "../bootstrap.h"
+#include "fabric_choice.h"
 #include "libfabric.h"
 
 namespace mojoccl {
-
-// The provider and domain a rank's endpoint opens, from MOJOCCL_FABRIC_PROVIDER,
-// MOJOCCL_FABRIC_DOMAIN and MOJOCCL_SOCKET_IFNAME: chosen by one function
-// for the transport and for `torch-mojo doctor` (mojocclDescribeFabric).
-struct FabricChoice {
-  fi_info* list = nullptr;  // fi_getinfo's answer, the caller's to free
-  fi_info* info = nullptr;  // the entry of `list` to open; null on failure
-  std::string failure;      // why there is none, and what to set
-};
-FabricChoice chooseFabric(const LibFabric& library);
-// Whether every buffer must be registered: the provider needs it
-// (FI_MR_LOCAL, as verbs), or MOJOCCL_FABRIC_MR_LOCAL=1 asks for it, which
-// runs that path on providers that do not need it (tcp, in the tests).
-bool registersLocalBuffers(const fi_info* info);
-bool forcedLocalRegistration();
-int64_t stagingMegabytes();  // MOJOCCL_REGION_MB
-// "tcp;ofi_rxm on lo (libfabric 1.17, /usr/lib/.../libfabric.so.1)"
-std::string describeFabric(const fi_info* info, const LibFabric& library);
 
 class FabricTransport {
  public:
@@ -64,7 +47,9 @@ class FabricTransport {
   // endpoint and learns everyone's address. A failure on any rank (no such
   // provider, no libfabric) fails all of them with its message.
   // `timeoutSeconds`: MOJOCCL_IB_TIMEOUT_S, read (and agreed on) by the caller.
-  FabricTransport(Bootstrap& bootstrap, int rank, const std::atomic<bool>& aborted,
+  // `localIndex`: the rank's place among its node's ranks, which picks its
+  // domain from a list (fabric_choice.h).
+  FabricTransport(Bootstrap& bootstrap, int rank, int localIndex, const std::atomic<bool>& aborted,
                   int timeoutSeconds);
   ~FabricTransport();
   FabricTransport(const FabricTransport&) = delete;

@@ -93,26 +93,27 @@ def device_facts() -> dict:
     return facts
 
 
-def describe_fabric() -> tuple[str | None, str | None]:
-    """(what libmojoccl would open between nodes, or why it cannot): asked
-    of libmojoccl itself, which chooses the provider and domain."""
+def describe_fabric(local_rank: int) -> tuple[str | None, str | None]:
+    """(what libmojoccl would open between nodes for the node's
+    `local_rank`th rank, or why it cannot): asked of libmojoccl itself,
+    which chooses the provider and domain."""
     from torch_mojo.mojoccl import Library
 
     try:
         library = Library()
-        library.lib.mojocclDescribeFabric.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        library.lib.mojocclDescribeFabric.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
     except (OSError, AttributeError) as error:
         return None, f"this libmojoccl cannot say (reinstall torch-mojo): {error}"
     text = ctypes.create_string_buffer(1024)
-    code = library.lib.mojocclDescribeFabric(text, ctypes.c_size_t(len(text)))
+    code = library.lib.mojocclDescribeFabric(local_rank, text, ctypes.c_size_t(len(text)))
     if code != 0:
         return None, library.lib.ncclGetLastError(None).decode()
     return text.value.decode(), None
 
 
-def fabric_facts() -> tuple[dict, dict[str, int]]:
-    """What this rank would use between nodes, and the parameters (with
-    their types) its libfabric declares."""
+def fabric_facts(local_rank: int) -> tuple[dict, dict[str, int]]:
+    """What this rank, the node's `local_rank`th, would use between nodes,
+    and the parameters (with their types) its libfabric declares."""
     lookup = libraries.find_libfabric()
     facts = {"library": lookup.path, "source": lookup.source, "version": None, "providers": [], "hardware": []}
     parameters = {}
@@ -129,7 +130,7 @@ def fabric_facts() -> tuple[dict, dict[str, int]]:
     choice = libraries.fabric_provider_choice(facts["providers"])
     facts["provider"], facts["provider_source"] = choice["provider"], choice["source"]
     if lookup.path and "load_error" not in facts:
-        facts["in_use"], facts["failure"] = describe_fabric()
+        facts["in_use"], facts["failure"] = describe_fabric(local_rank)
     else:
         where = facts.get("load_error") or f"{lookup.source}; searched {', '.join(lookup.searched)}"
         facts["in_use"], facts["failure"] = None, f"libfabric.so.1 is not usable ({where}): install libfabric, " \
@@ -160,7 +161,7 @@ def gather() -> dict:
         "environment": environment_of_interest(environ), "cache": cache_facts(),
     }
     facts.update(device_facts())
-    fabric, parameters = fabric_facts()
+    fabric, parameters = fabric_facts(facts["local_rank"])
     facts["fabric"] = fabric
     # Slingshot: cxi chosen by the user, or the default where a cxi NIC is.
     slingshot = fabric["provider"] == "cxi" and ("cxi" in fabric["hardware"] or fabric["provider_source"] != "the default")

@@ -118,9 +118,10 @@ ncclResult_t ncclGroupStart(void);
 ncclResult_t ncclGroupEnd(void);
 
 /* libmojoccl's own (not NCCL's): the libfabric provider and domain a
- * communicator spanning nodes would open on this rank, as text; on failure
- * ncclInvalidUsage, with the reason in ncclGetLastError(). */
-ncclResult_t mojocclDescribeFabric(char* text, size_t size);
+ * communicator spanning nodes would open on this rank, the localRank-th of
+ * its node (MOJOCCL_FABRIC_DOMAIN may list a domain per local rank), as
+ * text; on failure ncclInvalidUsage, with the reason in ncclGetLastError(). */
+ncclResult_t mojocclDescribeFabric(int localRank, char* text, size_t size);
 
 /* libmojoccl's own: MPI_ANY_SOURCE. Receives the first message that any
  * other rank sends to this one and stores its sender in *peer. Host memory

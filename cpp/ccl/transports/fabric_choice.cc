@@ -1,0 +1,171 @@
+#include "fabric_choice.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <vector>
+
+#include <dirent.h>
+#include <sched.h>
+
+#include <rdma/fi_domain.h>
+
+#include "../env.h"
+#include "../socket.h"
+
+namespace mojoccl {
+namespace {
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string text;
+  for (const auto& name : names) text += (text.empty() ? "" : ", ") + name;
+  return text.empty() ? "none" : text;
+}
+
+// MOJOCCL_FABRIC_DOMAIN's names, in order; empty where unset.
+std::vector<std::string> domainsAsked(const std::string& setting) {
+  std::vector<std::string> names;
+  size_t start = 0;
+  while (!setting.empty() && start <= setting.size()) {
+    size_t comma = std::min(setting.find(',', start), setting.size());
+    names.push_back(setting.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return names;
+}
+
+// The NUMA node of a domain's NIC, from its PCI address; -1 where the
+// provider reports none or the system does not say.
+int numaNodeOfNic(const fi_info* info) {
+  if (info->nic == nullptr || info->nic->bus_attr == nullptr || info->nic->bus_attr->bus_type != FI_BUS_PCI)
+    return -1;
+  const auto& pci = info->nic->bus_attr->attr.pci;
+  char path[128];
+  std::snprintf(path, sizeof(path), "/sys/bus/pci/devices/%04x:%02x:%02x.%x/numa_node", pci.domain_id,
+                pci.bus_id, pci.device_id, pci.function_id);
+  std::ifstream file(path);
+  int node = -1;
+  return file >> node ? node : -1;
+}
+
+// The NUMA node of the first CPU this process may run on (launchers bind
+// a rank near its GPU and NIC); -1 where the system does not say.
+int numaNodeOfThisRank() {
+  cpu_set_t cpus;
+  if (sched_getaffinity(0, sizeof(cpus), &cpus) != 0) return -1;
+  int cpu = 0;
+  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &cpus)) ++cpu;
+  const std::string directory = "/sys/devices/system/cpu/cpu" + std::to_string(cpu);
+  DIR* entries = opendir(directory.c_str());
+  if (entries == nullptr) return -1;
+  int node = -1;
+  while (dirent* entry = readdir(entries))
+    if (std::strncmp(entry->d_name, "node", 4) == 0) node = std::atoi(entry->d_name + 4);
+  closedir(entries);
+  return node;
+}
+
+// Among domains whose NICs have PCI addresses, several of them: those on
+// this rank's NUMA node (all of them where none is), local rank i taking
+// the (i mod n)th. Otherwise the first domain.
+fi_info* byLocality(const std::vector<fi_info*>& domains, int localIndex) {
+  std::vector<fi_info*> placed, near;
+  const int here = numaNodeOfThisRank();
+  for (fi_info* info : domains) {
+    const int node = numaNodeOfNic(info);
+    if (node < 0) continue;
+    placed.push_back(info);
+    if (node == here) near.push_back(info);
+  }
+  if (placed.size() < 2) return domains.front();
+  const auto& candidates = near.empty() ? placed : near;
+  return candidates[localIndex % candidates.size()];
+}
+
+}  // namespace
+
+bool forcedLocalRegistration() { return envChoice("MOJOCCL_FABRIC_MR_LOCAL", "0", {"0", "1"}) == "1"; }
+
+int64_t stagingMegabytes() { return envInt("MOJOCCL_REGION_MB", 256, 0, 65536); }
+
+bool registersLocalBuffers(const fi_info* info) {
+  return (info->domain_attr->mr_mode & FI_MR_LOCAL) || forcedLocalRegistration();
+}
+
+FabricChoice chooseFabric(const LibFabric& library, int localIndex) {
+  FabricChoice choice;
+  const std::string provider = envString("MOJOCCL_FABRIC_PROVIDER", "cxi");
+  const std::vector<std::string> asked = domainsAsked(envString("MOJOCCL_FABRIC_DOMAIN"));
+
+  fi_info* hints = library.dupinfo(nullptr);
+  hints->caps = FI_TAGGED;
+  hints->mode = FI_CONTEXT | FI_CONTEXT2;
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->domain_attr->threading = FI_THREAD_DOMAIN;
+  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY |
+                                FI_MR_ENDPOINT;
+  hints->fabric_attr->prov_name = strdup(provider.c_str());
+  // Every domain, not only the asked ones: utility providers (ofi_rxm) may
+  // not filter by domain, and an error names those there are.
+  const int status = library.getinfo(FI_VERSION(1, 10), nullptr, nullptr, 0, hints, &choice.list);
+  library.freeinfo(hints);
+  if (status != 0 || choice.list == nullptr) {
+    choice.failure = "libfabric " + library.versionText() + " (" + library.path + ") has no provider '" +
+                     provider + "' offering reliable tagged messages (FI_EP_RDM, FI_TAGGED): " +
+                     library.strerror(-status) + ". Providers here: " + joined(library.providers()) +
+                     ". Set MOJOCCL_FABRIC_PROVIDER to one of them (cxi on Slingshot, verbs on "
+                     "InfiniBand, tcp elsewhere)";
+    return choice;
+  }
+
+  std::vector<fi_info*> domains;  // the first entry of each domain, in the provider's order
+  std::vector<std::string> names;
+  for (fi_info* info = choice.list; info != nullptr; info = info->next) {
+    if (std::find(names.begin(), names.end(), info->domain_attr->name) != names.end()) continue;
+    names.push_back(info->domain_attr->name);
+    domains.push_back(info);
+  }
+  auto named = [&](const std::string& name) -> fi_info* {
+    auto at = std::find(names.begin(), names.end(), name);
+    return at == names.end() ? nullptr : domains[at - names.begin()];
+  };
+  // Where domains are network interfaces (tcp), MOJOCCL_SOCKET_IFNAME
+  // chooses among them, as NCCL_SOCKET_IFNAME does for NCCL's sockets.
+  const std::string ifname = envString("MOJOCCL_SOCKET_IFNAME");
+  auto byInterface = std::find_if(names.begin(), names.end(),
+                                  [&](const std::string& name) { return !ifname.empty() && matchesIfname(name, ifname); });
+
+  std::vector<std::string> missing;
+  for (const auto& name : asked)
+    if (!named(name) && std::find(missing.begin(), missing.end(), name) == missing.end()) missing.push_back(name);
+  if (!missing.empty()) {
+    for (auto& name : missing) name = "'" + name + "'";
+    choice.failure = "libfabric provider " + provider + " has no domain" + (missing.size() > 1 ? "s " : " ") +
+                     joined(missing) + " (MOJOCCL_FABRIC_DOMAIN" +
+                     (asked.size() > 1 ? "=" + envString("MOJOCCL_FABRIC_DOMAIN") : "") + "); its domains here: " +
+                     joined(names);
+  } else if (!asked.empty()) {
+    choice.info = named(asked[localIndex % asked.size()]);
+  } else if (byInterface != names.end()) {
+    choice.info = domains[byInterface - names.begin()];
+  } else {
+    choice.info = byLocality(domains, localIndex);
+  }
+  if (choice.info && registersLocalBuffers(choice.info) && stagingMegabytes() == 0) {
+    choice.failure = std::string(forcedLocalRegistration()
+                                     ? "MOJOCCL_FABRIC_MR_LOCAL=1 registers every buffer"
+                                     : "libfabric provider " + provider + " needs registered local buffers (FI_MR_LOCAL)") +
+                     ", and MOJOCCL_REGION_MB=0 turns off the registered staging buffer that ordinary "
+                     "memory goes through: unset MOJOCCL_REGION_MB (256 MiB) or set it to a size in MiB";
+  }
+  if (!choice.failure.empty()) choice.info = nullptr;
+  return choice;
+}
+
+std::string describeFabric(const fi_info* info, const LibFabric& library) {
+  return std::string(info->fabric_attr->prov_name) + " on " + info->domain_attr->name + " (libfabric " +
+         library.versionText() + ", " + library.path + ")";
+}
+
+}  // namespace mojoccl

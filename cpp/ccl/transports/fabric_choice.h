@@ -1,0 +1,43 @@
+// Which libfabric provider and domain (NIC) a rank's endpoint opens, from
+// MOJOCCL_FABRIC_PROVIDER, MOJOCCL_FABRIC_DOMAIN and MOJOCCL_SOCKET_IFNAME:
+// chosen by one function for the transport and for `torch-mojo doctor`
+// (mojocclDescribeFabric).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <rdma/fabric.h>
+
+#include "libfabric.h"
+
+namespace mojoccl {
+
+struct FabricChoice {
+  fi_info* list = nullptr;  // fi_getinfo's answer, the caller's to free
+  fi_info* info = nullptr;  // the entry of `list` to open; null on failure
+  std::string failure;      // why there is none, and what to set
+};
+
+// The domain for the rank at `localIndex` among its node's ranks:
+// - MOJOCCL_FABRIC_DOMAIN set: one name, or a comma-separated list of which
+//   local rank i takes entry i mod n, so that each rank drives its own NIC
+//   (every name must be one of the provider's domains);
+// - else, with tcp, the interface MOJOCCL_SOCKET_IFNAME matches;
+// - else, where the provider reports its NICs' PCI addresses and has several,
+//   those on this rank's NUMA node (all where none is), local rank i taking
+//   the (i mod n)th;
+// - else the provider's first.
+FabricChoice chooseFabric(const LibFabric& library, int localIndex);
+
+// Whether every buffer must be registered: the provider needs it
+// (FI_MR_LOCAL, as verbs), or MOJOCCL_FABRIC_MR_LOCAL=1 asks for it, which
+// runs that path on providers that do not need it (tcp, in the tests).
+bool registersLocalBuffers(const fi_info* info);
+bool forcedLocalRegistration();
+int64_t stagingMegabytes();  // MOJOCCL_REGION_MB
+
+// "tcp;ofi_rxm on lo (libfabric 1.17, /usr/lib/.../libfabric.so.1)"
+std::string describeFabric(const fi_info* info, const LibFabric& library);
+
+}  // namespace mojoccl
