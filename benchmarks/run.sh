@@ -6,7 +6,7 @@
 #   4 ranks under torchrun (mojo, mojo+pool, gloo),
 #   the all-reduce between 2 and 4 single-rank nodes and the cost model's predictions,
 #   the all-reduce between 2 nodes of 2 ranks, on rails and by leaders alone,
-#   the reduction kernel against memcpy, and DDP steps/s.
+#   the reduction kernel against memcpy, and DDP steps/s (one node, and two torchrun agents).
 # Usage: benchmarks/run.sh [output-dir]   (default: benchmarks/results)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,3 +43,14 @@ done
 "$bin/torch-mojo" bench --nproc 2 --kernels --sizes 256K,4M,64M,256M --output "$out/bench" \
   | tee "$out/kernels-2ranks.txt"
 "$bin/torch-mojo" bench --nproc 2 --ddp --output "$out/bench" | tee "$out/ddp-2ranks.txt"
+# DDP across two torchrun agents, each a "node" of 1, then 2, workers.
+for per_node in 1 2; do
+  for node in 1 0; do
+    MOJOCCL_HOSTID=node$node MOJOCCL_FABRIC_PROVIDER=tcp "$bin/torchrun" --nnodes=2 --nproc-per-node=$per_node \
+      --rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:29778 --rdzv-id=ddp$per_node -m torch_mojo.bench --ddp \
+      --output "$out/ddp-2nodes-x$per_node" > "$out/ddp-2nodes-x$per_node-node$node.txt" &
+  done
+  wait
+  cat "$out"/ddp-2nodes-x$per_node-node?.txt > "$out/ddp-2nodes-x$per_node.txt"  # rank 0 is on either
+  rm "$out"/ddp-2nodes-x$per_node-node?.txt
+done

@@ -333,33 +333,15 @@ char* Comm::frame(size_t node) {
 
 // Each leader's frame (frame(node): its node's report, then `payloadBytes`
 // of data) to every other leader; returns the first disagreement among the
-// reports, or "". One message each way where the provider takes one of
-// kFrameRoom bytes; else the report, then the data at the size it
-// announces. A leader in a small all-reduce and one in any other call
+// reports, or "". A leader in a small all-reduce and one in any other call
 // exchange frames alike, and so meet.
 std::string Comm::exchangeNodeFrames(const Call& call, size_t payloadBytes) {
   std::vector<char*> frames;
   for (size_t node = 0; node < nodes_.size(); ++node) frames.push_back(frame(node));
-  // The choice depends on no call's size, so that ranks whose calls differ choose alike.
-  if (framesFit()) {
-    std::vector<size_t> received;
-    networkExchangeFrames(leaders(call), frames, sizeof(NodeReport) + payloadBytes, kFrameRoom, received);
-  } else if (payloadBytes == 0) {
-    networkAllGather(leaders(call), frames, std::vector<size_t>(nodes_.size(), sizeof(NodeReport)));
-  } else {
-    std::vector<std::vector<char>> payloads(nodes_.size());
-    payloads[node_].assign(frames[node_] + sizeof(NodeReport), frames[node_] + sizeof(NodeReport) + payloadBytes);
-    networkAllGatherWithHeaders(leaders(call), frames, sizeof(NodeReport), payloads, [&](const char* header) {
-      const auto& signature = reinterpret_cast<const NodeReport*>(header)->signature;
-      return signature.count * datatypeSize(acrossNodesType(static_cast<ncclDataType_t>(signature.datatype)));
-    });
-    for (size_t node = 0; node < nodes_.size(); ++node)
-      std::memcpy(frames[node] + sizeof(NodeReport), payloads[node].data(), std::min(payloads[node].size(), payloadBytes));
-  }
+  std::vector<size_t> received;
+  networkExchangeFrames(leaders(call), frames, sizeof(NodeReport) + payloadBytes, kFrameRoom, received);
   return disagreementAcrossNodes(frames[0], kFrameRoom);
 }
-
-bool Comm::framesFit() const { return kFrameRoom <= fabric_->maxMessage(); }
 
 // A small all-gather (up to 64 KiB in all, where a frame is one message)
 // takes one exchange between nodes: each leader sends its node's report
@@ -664,14 +646,13 @@ bool Comm::collectiveOnDevice(Call call, ncclStream_t stream) {
 }
 
 void Comm::broadcast(const void* send, void* recv, size_t count, ncclDataType_t datatype, int root) {
-  const bool small = count * datatypeSize(datatype) <= kOneShotMaxBytes && spansNodes() && framesFit();
+  const bool small = count * datatypeSize(datatype) <= kOneShotMaxBytes && spansNodes();
   collective({CallKind::Broadcast, send, recv, count, datatype, ncclSum, root, ++calls_},
              &Comm::localBroadcast, small ? &Comm::smallBroadcastAcrossNodes : &Comm::broadcastAcrossNodes, small);
 }
 
 void Comm::allGather(const void* send, void* recv, size_t sendCount, ncclDataType_t datatype) {
-  const bool small = sendCount * datatypeSize(datatype) * size_ <= kOneShotMaxBytes && spansNodes() &&
-                     framesFit();
+  const bool small = sendCount * datatypeSize(datatype) * size_ <= kOneShotMaxBytes && spansNodes();
   collective({CallKind::AllGather, send, recv, sendCount, datatype, ncclSum, 0, ++calls_},
              &Comm::localAllGather, small ? &Comm::smallAllGatherAcrossNodes : &Comm::allGatherAcrossNodes, small);
 }

@@ -122,7 +122,6 @@ class Comm {
   void smallAllReduceAcrossNodes(const Call& call);
   void smallAllGatherAcrossNodes(const Call& call);
   void smallBroadcastAcrossNodes(const Call& call);
-  bool framesFit() const;  // a leader's largest frame is one message of the fabric
   bool nodesAreRankRanges() const;
   void reduceScatterByNodes(const Call& call);
   std::string exchangeNodeFrames(const Call& call, size_t payloadBytes);

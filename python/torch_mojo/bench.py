@@ -26,10 +26,10 @@ same machine:
                 between nodes, with MOJOCCL_FABRIC_PROVIDER (default here:
                 tcp, as one machine has no fabric NIC)
                 (--ranks-per-node K: consecutive ranks share a node, K per node)
-  p2p           the wire itself, in the same run: each rank swaps a message
-                of the size with its partner on the next node (send and
-                receive at once, on the mojo+fabric group); "busbw" is the
-                bytes one way per second, both ways busy
+  p2p           the wire, in the same run: each rank swaps a message of the
+                size with its partner on the next node (ncclSend and
+                ncclRecv in one group of libmojoccl, no torch in between);
+                "busbw" is the bytes one way per second, both ways busy
   gloo          dist.<collective> on a gloo group over the same ranks
   mojoccl       libmojoccl's NCCL API called directly (the library alone)
   mojoccl+pool  the same, on ncclMemAlloc buffers
@@ -45,6 +45,7 @@ elements of a checked run that differ from the expected result.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import datetime
 import os
@@ -171,42 +172,10 @@ class TorchRunner(Runner):
         return send if collective in ("all_reduce", "broadcast") else recv
 
 
-class PointToPointRunner(TorchRunner):
-    """Whatever the collective: a swap of the whole buffer with the rank
-    `ranks_per_node` further on (the next node), both ways at once."""
-
-    def __init__(self, world, rank, group, ranks_per_node):
-        super().__init__(world, rank, "p2p", group)
-        self.partner = (rank + ranks_per_node) % world
-        self.back = (rank - ranks_per_node) % world
-
-    def buffers(self, collective, count):
-        send, recv = self.allocate(count), self.allocate(count)
-        send.copy_(self.input_values(collective, count))
-        return send, recv
-
-    def input_values(self, collective, count):
-        import torch
-
-        return torch.full((count,), float(self.rank + 1))
-
-    def expected(self, collective, count):
-        import torch
-
-        return torch.full((count,), float(self.back + 1))
-
-    def run(self, collective, send, recv):
-        import torch.distributed as dist
-
-        requests = dist.batch_isend_irecv([dist.P2POp(dist.isend, send, self.partner, self.group),
-                                           dist.P2POp(dist.irecv, recv, self.back, self.group)])
-        for request in requests:
-            request.wait()
-        return recv
-
-
 class LibraryRunner(Runner):
-    def __init__(self, world, rank, gloo_group, pool=None):
+    def __init__(self, world, rank, gloo_group, pool=None, node=None):
+        """`node`: this rank's node (MOJOCCL_HOSTID) in a communicator that
+        spans nodes; None: the machine's."""
         import torch.distributed as dist
 
         from torch_mojo.mojoccl import Library
@@ -217,7 +186,8 @@ class LibraryRunner(Runner):
         self.library = Library()
         box = [self.library.unique_id() if rank == 0 else None]
         dist.broadcast_object_list(box, src=0, group=gloo_group)
-        self.comm = self.library.init(world, box[0], rank)
+        with contextlib.nullcontext() if node is None else _as_node(node):
+            self.comm = self.library.init(world, box[0], rank)
         self.token = None
 
     def allocate(self, count):
@@ -244,6 +214,42 @@ class LibraryRunner(Runner):
             return send
         else:
             library.all_to_all(comm, send, recv, self.world)
+        return recv
+
+
+class PointToPointRunner(LibraryRunner):
+    """Whatever the collective: a swap of the whole buffer with the rank
+    `ranks_per_node` further on (the next node), both ways at once, with
+    libmojoccl's ncclSend and ncclRecv in one group: the wire as the fabric
+    transport drives it, without torch in between."""
+
+    def __init__(self, world, rank, gloo_group, ranks_per_node):
+        super().__init__(world, rank, gloo_group, node=rank // ranks_per_node)
+        self.name = "p2p"
+        self.partner = (rank + ranks_per_node) % world
+        self.back = (rank - ranks_per_node) % world
+
+    def buffers(self, collective, count):
+        send, recv = self.allocate(count), self.allocate(count)
+        send.copy_(self.input_values(collective, count))
+        return send, recv
+
+    def input_values(self, collective, count):
+        import torch
+
+        return torch.full((count,), float(self.rank + 1))
+
+    def expected(self, collective, count):
+        import torch
+
+        return torch.full((count,), float(self.back + 1))
+
+    def run(self, collective, send, recv):
+        library = self.library
+        library.check(library.lib.ncclGroupStart())
+        library.send(self.comm, send, self.partner)
+        library.recv(self.comm, recv, self.back)
+        library.check(library.lib.ncclGroupEnd())
         return recv
 
 
@@ -526,19 +532,16 @@ def main(argv=None):
     if world % args.ranks_per_node or (world == args.ranks_per_node and {"mojo+fabric", "p2p"} & set(wanted)):
         raise SystemExit(f"torch-mojo bench: --ranks-per-node {args.ranks_per_node} must divide the {world} ranks "
                          "into at least 2 nodes")
-    across_nodes = None
     runners = []
     for name in wanted:
-        if name in ("mojo+fabric", "p2p") and across_nodes is None:
-            across_nodes = _group_across_nodes(rank // args.ranks_per_node)
         if name == "mojo":
             runners.append(TorchRunner(world, rank, "mojo", None))
         elif name == "mojo+pool":
             runners.append(TorchRunner(world, rank, "mojo+pool", None, _pool()))
         elif name == "mojo+fabric":
-            runners.append(TorchRunner(world, rank, "mojo+fabric", across_nodes))
+            runners.append(TorchRunner(world, rank, "mojo+fabric", _group_across_nodes(rank // args.ranks_per_node)))
         elif name == "p2p":
-            runners.append(PointToPointRunner(world, rank, across_nodes, args.ranks_per_node))
+            runners.append(PointToPointRunner(world, rank, gloo, args.ranks_per_node))
         elif name == "gloo":
             runners.append(TorchRunner(world, rank, "gloo", gloo))
         elif name == "mojoccl":
@@ -614,19 +617,27 @@ def _group_across_nodes(node):
     import torch
     import torch.distributed as dist
 
+    with _as_node(node):
+        group = dist.new_group(backend="mojo")
+        dist.all_reduce(torch.ones(1), group=group)
+    return group
+
+
+@contextlib.contextmanager
+def _as_node(node):
+    """While communicators are made: this rank on node `node` of its own
+    (MOJOCCL_HOSTID), the libfabric provider tcp unless one is set."""
     saved = {name: os.environ.get(name) for name in ("MOJOCCL_HOSTID", "MOJOCCL_FABRIC_PROVIDER")}
     os.environ["MOJOCCL_HOSTID"] = f"bench-node-{node}"
     os.environ.setdefault("MOJOCCL_FABRIC_PROVIDER", "tcp")
     try:
-        group = dist.new_group(backend="mojo")
-        dist.all_reduce(torch.ones(1), group=group)
+        yield
     finally:
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-    return group
 
 
 def _pool():

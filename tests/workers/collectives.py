@@ -762,6 +762,17 @@ def check_bad_input(m):
         # first), and still meet.
         m.raises("small against large", RuntimeError, "collective mismatch",
                  lambda: dist.all_reduce(torch.ones(8 if m.rank == 0 else 100_000)))
+        # Between nodes a frame past the provider's eager size goes in
+        # pieces (12,000 floats: 4 of them, 5,000: 2); ranks whose frames
+        # have different numbers of pieces still meet.
+        m.raises("small against pieces", RuntimeError, "collective mismatch",
+                 lambda: dist.all_reduce(torch.ones(8 if m.rank == 0 else 12_000)))
+        m.raises("pieces against pieces", RuntimeError, "collective mismatch",
+                 lambda: dist.all_reduce(torch.ones(5_000 if m.rank == 0 else 12_000)))
+        pieces = torch.arange(12_000, dtype=torch.float32) + m.rank
+        dist.all_reduce(pieces)
+        m.same("all_reduce in pieces", [pieces],
+               [torch.arange(12_000, dtype=torch.float32) * m.world + m.world * (m.world - 1) // 2])
         m.raises("broadcast small against large", RuntimeError, "collective mismatch",
                  lambda: dist.broadcast(torch.ones(8 if m.rank == 0 else 100_000), src=0))
         m.raises("all_gather small against large", RuntimeError, "collective mismatch",

@@ -1,9 +1,12 @@
 #include "network.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "../datatypes.h"
+#include "../error.h"
 #include "../kernels.h"
 #include "layout.h"
 
@@ -190,32 +193,42 @@ void networkAllGather(const NetworkGroup& group, const std::vector<char*>& block
 
 void networkExchangeFrames(const NetworkGroup& group, const std::vector<char*>& frames, size_t sendBytes,
                            size_t roomBytes, std::vector<size_t>& received) {
-  received.assign(group.size(), sendBytes);
+  FabricTransport& fabric = group.fabric;
+  // A frame goes in pieces the provider sends at once (a larger message
+  // costs a rendezvous round trip): whole pieces, then one shorter (empty
+  // where the frame is whole pieces), which tells the receiver that the
+  // frame is complete. Sender and receiver so count the same messages
+  // whatever the frame; most frames are one short piece.
+  const size_t piece = std::min(fabric.eagerMessage(), roomBytes);
+  auto room = [&](size_t offset) { return std::min(piece, roomBytes - offset); };
+  std::vector<FabricTransport::Ticket> arrival(group.size());
+  received.assign(group.size(), 0);
+  std::vector<size_t> pieceBytes(group.size());
   for (int member = 0; member < group.size(); ++member)
-    if (member != group.self) group.fabric.postRecvUpTo(group.ranks[member], frames[member], roomBytes, &received[member]);
-  for (int member = 0; member < group.size(); ++member)
-    if (member != group.self) group.fabric.postSend(group.ranks[member], frames[group.self], sendBytes);
-  group.fabric.waitAll(group.what);
-}
-
-void networkAllGatherWithHeaders(const NetworkGroup& group, const std::vector<char*>& headers,
-                                 size_t headerBytes, std::vector<std::vector<char>>& payloads,
-                                 const std::function<size_t(const char* header)>& payloadBytes) {
-  const std::vector<char>& ours = payloads[group.self];
-  std::vector<HeaderedMessage> messages;
-  std::vector<int> sender;  // the member each receive comes from
+    if (member != group.self)
+      arrival[member] = fabric.postRecvUpTo(group.ranks[member], frames[member], room(0), &pieceBytes[member]);
   for (int member = 0; member < group.size(); ++member) {
     if (member == group.self) continue;
-    const int peer = group.ranks[member];
-    messages.push_back({true, peer, headers[group.self], ours.data(), ours.size()});
-    messages.push_back({false, peer, headers[member], nullptr, 0});
-    sender.resize(messages.size(), member);
+    for (size_t offset = 0;; offset += piece) {
+      const size_t bytes = std::min(piece, sendBytes - offset);
+      fabric.postSend(group.ranks[member], frames[group.self] + offset, bytes);
+      if (bytes < piece) break;
+    }
   }
-  exchangeHeadered(group.fabric, messages, headerBytes, [&](size_t index) {
-    std::vector<char>& payload = payloads[sender[index]];
-    payload.resize(payloadBytes(headers[sender[index]]));
-    return std::make_pair(static_cast<void*>(payload.data()), payload.size());
-  }, group.what);
+  received[group.self] = sendBytes;
+  for (int member = 0; member < group.size(); ++member) {
+    if (member == group.self) continue;
+    // The pieces after the first are on their way already: each receive
+    // is posted as the last one completes, into the frame's next piece.
+    for (;;) {
+      fabric.waitFor(arrival[member], group.what);
+      received[member] += pieceBytes[member];
+      if (pieceBytes[member] < piece) break;
+      arrival[member] = fabric.postRecvUpTo(group.ranks[member], frames[member] + received[member],
+                                            room(received[member]), &pieceBytes[member]);
+    }
+  }
+  fabric.waitAll(group.what);  // our sends
 }
 
 }  // namespace mojoccl

@@ -54,23 +54,15 @@ void networkBroadcast(const NetworkGroup& group, void* data, size_t bytes, int r
 void networkAllGather(const NetworkGroup& group, const std::vector<char*>& blocks,
                       const std::vector<size_t>& blockBytes);
 
-// Every member sends every other one message, its frame (`sendBytes`
-// from frames[self]: what it says of the call at the front, its data
-// behind); frames[i] receives member i's, of up to `roomBytes`, and
+// Every member sends every other its frame (`sendBytes` from
+// frames[self]: what it says of the call at the front, its data behind),
+// in pieces the provider sends without a rendezvous (one, for most
+// frames); frames[i] receives member i's, of up to `roomBytes`, and
 // received[i] its length. Members that disagree on the call, and so on the
-// size, still exchange one message each way: the next call finds them in
-// step. Receives are posted before the sends, so that a frame finds its
-// receive waiting. roomBytes <= fabric.maxMessage().
+// size, still exchange whole frames: the next call finds them in step.
+// The first receives are posted before the sends, so that a frame finds
+// its receive waiting.
 void networkExchangeFrames(const NetworkGroup& group, const std::vector<char*>& frames, size_t sendBytes,
                            size_t roomBytes, std::vector<size_t>& received);
-
-// Every member sends every other its header (`headerBytes`) and a payload;
-// headers[i] and payloads[i] receive member i's. A payload is received at
-// the size its header announces (`payloadBytes`), so one of another size
-// than ours (ranks that disagree) still arrives whole. Ours are read from
-// headers[self] and payloads[self], `payloadBytes(ours)` long.
-void networkAllGatherWithHeaders(const NetworkGroup& group, const std::vector<char*>& headers,
-                                 size_t headerBytes, std::vector<std::vector<char>>& payloads,
-                                 const std::function<size_t(const char* header)>& payloadBytes);
 
 }  // namespace mojoccl

@@ -22,10 +22,10 @@ enum class NetworkAllReduce { Ring, RecursiveDoubling };
 
 struct NetworkCostModel {
   double stepSeconds = 50e-6;           // one exchange between leaders, software included
-  double wireBytesPerSecond = 1e9;      // one direction of a leader's link, both busy
+  double wireBytesPerSecond = 2e9;      // one direction of a leader's link, both busy
   // The reduction's cost beyond what overlaps the wire (segments are
   // reduced while the next ones travel).
-  double reduceBytesPerSecond = 20e9;
+  double reduceBytesPerSecond = 6e9;
 
   // Predicted seconds for `nodes` leaders and `bytes` of data.
   double seconds(NetworkAllReduce algorithm, int nodes, size_t bytes) const;

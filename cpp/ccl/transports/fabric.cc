@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -109,6 +110,14 @@ FabricTransport::FabricTransport(Bootstrap& bootstrap, int rank, int localIndex,
   bootstrap.agreeOnSuccess(failure.empty(), failure);
   maxMessage_ = std::min(info_->ep_attr->max_msg_size, kMaxPiece);
   if (staging_) maxMessage_ = std::min(maxMessage_, staging_->slotBytes);
+  eagerMessage_ = maxMessage_;
+  if (std::strstr(info_->fabric_attr->prov_name, "ofi_rxm") != nullptr) {
+    // ofi_rxm's default buffer is 16 KiB; its packet header takes well under 256 bytes of it.
+    // (libfabric reads and checks the variable itself.)
+    const char* setting = std::getenv("FI_OFI_RXM_BUFFER_SIZE");
+    const size_t buffer = setting && *setting ? std::strtoull(setting, nullptr, 10) : 16384;
+    if (buffer > 1024) eagerMessage_ = std::min(maxMessage_, buffer - 256);
+  }
   regionWatch_ = watchRegionFrees([this](uint64_t id) { forgetRegion(id); });
 }
 
@@ -235,12 +244,12 @@ FabricTransport::Ticket FabricTransport::postRecv(int peer, void* data, size_t b
   return postOrCancel(peer, false, static_cast<char*>(data), bytes, nullptr);
 }
 
-void FabricTransport::postRecvUpTo(int peer, void* data, size_t bytes, size_t* received) {
+FabricTransport::Ticket FabricTransport::postRecvUpTo(int peer, void* data, size_t bytes, size_t* received) {
   if (bytes > maxMessage_)
     fail(ncclInternalError, "a receive of up to " + std::to_string(bytes) + " bytes is more than one message (" +
                                 std::to_string(maxMessage_) + " bytes)");
   std::lock_guard<std::mutex> lock(mutex_);
-  postOrCancel(peer, false, static_cast<char*>(data), bytes, nullptr, received);
+  return postOrCancel(peer, false, static_cast<char*>(data), bytes, nullptr, received);
 }
 
 void FabricTransport::postBufferedSend(int peer, const void* data, size_t bytes) {
@@ -248,8 +257,9 @@ void FabricTransport::postBufferedSend(int peer, const void* data, size_t bytes)
   auto copy = std::make_shared<std::vector<char>>(from, from + bytes);
   std::lock_guard<std::mutex> lock(mutex_);
   if (!progressThread_.joinable()) progressThread_ = std::thread([this] { progressBufferedSends(); });
+  // No wake-up here: the caller's next wait progresses it, and wakes the
+  // progress thread if it is still in flight when that wait ends.
   postOrCancel(peer, true, copy->data(), bytes, copy);
-  bufferedPosted_.notify_one();
 }
 
 // A post that fails leaves the ranks out of step, as a failed wait does.
@@ -497,11 +507,11 @@ void exchangeHeadered(FabricTransport& fabric, const std::vector<HeaderedMessage
                       const std::function<std::pair<void*, size_t>(size_t index)>& receiveInto,
                       const std::string& what) {
   // Every receive takes room for a header and an inline payload in one
-  // message; a payload that fits there travels with its header, a larger
-  // one after it, at the size the header announces.
-  const size_t inlineBytes = headerBytes + kInlinePayloadBytes <= fabric.maxMessage() ? kInlinePayloadBytes : 0;
-  const size_t room = headerBytes + inlineBytes;
-  std::vector<std::vector<char>> arrived(messages.size());
+  // message the provider sends at once; a payload that fits there travels
+  // with its header, a larger one after it, at the size the header announces.
+  const size_t room = std::max(fabric.eagerMessage(), headerBytes);
+  const size_t inlineBytes = room - headerBytes;
+  std::vector<std::unique_ptr<char[]>> arrived(messages.size());
   std::vector<size_t> arrivedBytes(messages.size());
   for (size_t i = 0; i < messages.size(); ++i) {
     const HeaderedMessage& message = messages[i];
@@ -515,22 +525,22 @@ void exchangeHeadered(FabricTransport& fabric, const std::vector<HeaderedMessage
       fabric.postBufferedSend(message.peer, message.header, headerBytes);
       fabric.postBufferedSend(message.peer, message.payload, message.payloadBytes);
     } else {
-      arrived[i].resize(room);
-      fabric.postRecvUpTo(message.peer, arrived[i].data(), room, &arrivedBytes[i]);
+      arrived[i].reset(new char[room]);
+      fabric.postRecvUpTo(message.peer, arrived[i].get(), room, &arrivedBytes[i]);
     }
   }
   fabric.waitAll(what);  // every header: now the payloads' sizes are known
   bool more = false;
   for (size_t i = 0; i < messages.size(); ++i) {
     if (messages[i].isSend) continue;
-    std::memcpy(messages[i].header, arrived[i].data(), headerBytes);
+    std::memcpy(messages[i].header, arrived[i].get(), headerBytes);
     const std::pair<void*, size_t> payload = receiveInto(i);
     if (payload.second <= inlineBytes) {
       if (arrivedBytes[i] != headerBytes + payload.second)
         fail(ncclInternalError, what + ": rank " + std::to_string(messages[i].peer) + " sent a " +
                                     std::to_string(arrivedBytes[i]) + "-byte message announcing " +
                                     std::to_string(payload.second) + " bytes behind its header");
-      std::memcpy(payload.first, arrived[i].data() + headerBytes, payload.second);
+      std::memcpy(payload.first, arrived[i].get() + headerBytes, payload.second);
     } else {
       fabric.postRecv(messages[i].peer, payload.first, payload.second);
       more = true;

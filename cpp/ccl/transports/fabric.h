@@ -65,8 +65,12 @@ class FabricTransport {
   // `*received`: what ranks that may disagree exchange in one message (a
   // call's signature at the front, its data behind), each receiving into
   // room for the largest. At most maxMessage() bytes.
-  void postRecvUpTo(int peer, void* data, size_t bytes, size_t* received);
+  Ticket postRecvUpTo(int peer, void* data, size_t bytes, size_t* received);
   size_t maxMessage() const { return maxMessage_; }
+  // The largest message the provider sends without a rendezvous round trip
+  // (ofi_rxm: its buffer, FI_OFI_RXM_BUFFER_SIZE, less room for its header);
+  // maxMessage() where the provider says nothing of it.
+  size_t eagerMessage() const { return eagerMessage_; }
   // Copies the message and posts it: it completes on its own.
   void postBufferedSend(int peer, const void* data, size_t bytes);
   // Progresses every message posted with postSend/postRecv to completion.
@@ -161,6 +165,7 @@ class FabricTransport {
   std::vector<fi_addr_t> addresses_;
   std::vector<uint32_t> sent_, received_;  // messages posted per peer, each way
   size_t maxMessage_;
+  size_t eagerMessage_;
   int timeoutSeconds_;
   PeerCheck checkPeers_;
   // A wait polls (yielding its core between polls) this long without a
@@ -208,9 +213,9 @@ struct HeaderedMessage {
 // Posts `messages` in order (sends buffered: header and payload go at once,
 // and every header receive), waits for them; then `receiveInto(i)` says
 // where the payload of receive `messages[i]` goes and how long it is, and
-// those receives are posted and waited for. A payload of up to
-// kInlinePayloadBytes travels in its header's message: one message, one wait.
-constexpr size_t kInlinePayloadBytes = 4096;
+// those receives are posted and waited for. A payload that fits with its
+// header in a message the provider sends at once (eagerMessage()) travels
+// in its header's message: one message, one wait.
 void exchangeHeadered(FabricTransport& fabric, const std::vector<HeaderedMessage>& messages,
                       size_t headerBytes,
                       const std::function<std::pair<void*, size_t>(size_t index)>& receiveInto,
