@@ -110,14 +110,7 @@ FabricTransport::FabricTransport(Bootstrap& bootstrap, int rank, int localIndex,
   bootstrap.agreeOnSuccess(failure.empty(), failure);
   maxMessage_ = std::min(info_->ep_attr->max_msg_size, kMaxPiece);
   if (staging_) maxMessage_ = std::min(maxMessage_, staging_->slotBytes);
-  eagerMessage_ = maxMessage_;
-  if (std::strstr(info_->fabric_attr->prov_name, "ofi_rxm") != nullptr) {
-    // ofi_rxm's default buffer is 16 KiB; its packet header takes well under 256 bytes of it.
-    // (libfabric reads and checks the variable itself.)
-    const char* setting = std::getenv("FI_OFI_RXM_BUFFER_SIZE");
-    const size_t buffer = setting && *setting ? std::strtoull(setting, nullptr, 10) : 16384;
-    if (buffer > 1024) eagerMessage_ = std::min(maxMessage_, buffer - 256);
-  }
+  eagerMessage_ = std::min(maxMessage_, eagerBytes(info_));
   regionWatch_ = watchRegionFrees([this](uint64_t id) { forgetRegion(id); });
 }
 
@@ -253,13 +246,34 @@ FabricTransport::Ticket FabricTransport::postRecvUpTo(int peer, void* data, size
 }
 
 void FabricTransport::postBufferedSend(int peer, const void* data, size_t bytes) {
-  const char* from = static_cast<const char*>(data);
-  auto copy = std::make_shared<std::vector<char>>(from, from + bytes);
   std::lock_guard<std::mutex> lock(mutex_);
+  auto copy = copyOf(data, bytes);
   if (!progressThread_.joinable()) progressThread_ = std::thread([this] { progressBufferedSends(); });
   // No wake-up here: the caller's next wait progresses it, and wakes the
   // progress thread if it is still in flight when that wait ends.
   postOrCancel(peer, true, copy->data(), bytes, copy);
+}
+
+std::shared_ptr<std::vector<char>> FabricTransport::copyOf(const void* data, size_t bytes) {
+  // The smallest spare that holds it, else a new one.
+  auto best = spareCopies_.end();
+  for (auto spare = spareCopies_.begin(); spare != spareCopies_.end(); ++spare)
+    if ((*spare)->capacity() >= bytes && (best == spareCopies_.end() || (*spare)->capacity() < (*best)->capacity()))
+      best = spare;
+  std::unique_ptr<std::vector<char>> copy;
+  if (best != spareCopies_.end()) {
+    copy = std::move(*best);
+    spareCopies_.erase(best);
+  } else {
+    copy = std::make_unique<std::vector<char>>();
+  }
+  copy->assign(static_cast<const char*>(data), static_cast<const char*>(data) + bytes);
+  return std::shared_ptr<std::vector<char>>(copy.release(), [this](std::vector<char>* done) {
+    std::unique_ptr<std::vector<char>> back(done);
+    if (done->capacity() > kLargestSpareCopy) return;
+    if (spareCopies_.size() == kSpareCopies) spareCopies_.erase(spareCopies_.begin());  // the oldest
+    spareCopies_.push_back(std::move(back));
+  });
 }
 
 // A post that fails leaves the ranks out of step, as a failed wait does.

@@ -175,6 +175,14 @@ class FabricTransport {
   static constexpr int kSleepMilliseconds = 1;
   bool canSleep_ = false;
 
+  // Buffered sends' copies once their sends complete, for the next ones:
+  // a fresh large buffer costs a page fault every 4 KiB. Before pending_,
+  // whose requests hand them back as they go (mutex_ held, or at the end).
+  std::vector<std::unique_ptr<std::vector<char>>> spareCopies_;
+  static constexpr size_t kSpareCopies = 4;
+  static constexpr size_t kLargestSpareCopy = size_t{256} << 20;
+  std::shared_ptr<std::vector<char>> copyOf(const void* data, size_t bytes);  // mutex_ held
+
   // libfabric is used from one thread at a time (FI_THREAD_DOMAIN).
   std::mutex mutex_;
   std::condition_variable bufferedPosted_;

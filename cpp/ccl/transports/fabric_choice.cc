@@ -1,7 +1,9 @@
 #include "fabric_choice.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <vector>
@@ -83,7 +85,29 @@ fi_info* byLocality(const std::vector<fi_info*>& domains, int localIndex) {
   return candidates[localIndex % candidates.size()];
 }
 
+// ofi_rxm sends messages up to its eager limit at once and larger ones
+// after a rendezvous round trip. Over tcp the limit may exceed its 16 KiB
+// buffers at no cost in memory (it receives into the posted buffer), so
+// unless the site set it, messages up to 128 KiB go at once: the leaders'
+// frames, small collectives' data. Set before libfabric reads it, at the
+// process's first fi_getinfo.
+constexpr const char* kTcpEagerLimit = "131072";
+
+// ofi_rxm's variables as libfabric reads them (it checks them itself).
+size_t rxmSetting(const char* name, size_t fallback) {
+  const char* text = std::getenv(name);
+  return text && *text ? std::strtoull(text, nullptr, 10) : fallback;
+}
+
 }  // namespace
+
+size_t eagerBytes(const fi_info* info) {
+  if (std::strstr(info->fabric_attr->prov_name, "ofi_rxm") == nullptr) return SIZE_MAX;
+  // The limit is its buffer's size unless set apart; well under 256 bytes
+  // of a message are ofi_rxm's header.
+  const size_t limit = rxmSetting("FI_OFI_RXM_EAGER_LIMIT", rxmSetting("FI_OFI_RXM_BUFFER_SIZE", 16384));
+  return limit > 1024 ? limit - 256 : SIZE_MAX;
+}
 
 bool forcedLocalRegistration() { return envChoice("MOJOCCL_FABRIC_MR_LOCAL", "0", {"0", "1"}) == "1"; }
 
@@ -106,6 +130,7 @@ FabricChoice chooseFabric(const LibFabric& library, int localIndex) {
   hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY |
                                 FI_MR_ENDPOINT;
   hints->fabric_attr->prov_name = strdup(provider.c_str());
+  if (provider == "tcp") setenv("FI_OFI_RXM_EAGER_LIMIT", kTcpEagerLimit, /*overwrite=*/0);
   // Every domain, not only the asked ones: utility providers (ofi_rxm) may
   // not filter by domain, and an error names those there are.
   const int status = library.getinfo(FI_VERSION(1, 10), nullptr, nullptr, 0, hints, &choice.list);

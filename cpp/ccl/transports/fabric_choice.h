@@ -4,6 +4,7 @@
 // (mojocclDescribeFabric).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -29,6 +30,10 @@ struct FabricChoice {
 //   the (i mod n)th;
 // - else the provider's first.
 FabricChoice chooseFabric(const LibFabric& library, int localIndex);
+
+// The largest message `info`'s provider sends at once, without a
+// rendezvous round trip; SIZE_MAX where it does not say.
+size_t eagerBytes(const fi_info* info);
 
 // Whether every buffer must be registered: the provider needs it
 // (FI_MR_LOCAL, as verbs), or MOJOCCL_FABRIC_MR_LOCAL=1 asks for it, which
