@@ -396,17 +396,32 @@ void Comm::smallBroadcastAcrossNodes(const Call& call) {
 // combines all partials in node order (so all get the same bits). The
 // leader hands its node the verdict and the result in one broadcast.
 void Comm::smallAllReduceAcrossNodes(const Call& call) {
+  keepResult(call.recv, smallAllReduceResult(call, call), call.count, call.datatype);
+}
+
+// A small reduce-scatter is the small all-reduce of the whole buffer, of
+// which each rank keeps its block: one exchange between nodes, where the
+// reduce-scatter ring takes an agreement and then its steps.
+void Comm::smallReduceScatterAcrossNodes(const Call& call) {
+  Call whole = call;
+  whole.kind = CallKind::AllReduce;
+  whole.count = call.count * size_;
+  const char* result = smallAllReduceResult(call, whole);
+  keepResult(call.recv, result + rank_ * call.count * datatypeSize(acrossNodesType(call.datatype)), call.count,
+             call.datatype);
+}
+
+const char* Comm::smallAllReduceResult(const Call& asked, const Call& call) {
   const ncclDataType_t type = acrossNodesType(call.datatype);
-  const bool half = type != call.datatype;
   const size_t bytes = call.count * datatypeSize(type);
   auto partial = [&](size_t node) { return frame(node) + sizeof(NodeReport); };
-  if (reportInFrame(call)) {
+  if (reportInFrame(asked)) {
     Call toLeader = call;
     toLeader.kind = CallKind::Reduce;
     toLeader.datatype = type;
     toLeader.op = call.op == ncclAvg ? ncclSum : call.op;
     toLeader.root = leader();
-    if (half) {
+    if (type != call.datatype) {
       convert(partial(node_), ncclFloat32, call.send, call.datatype, call.count);
       toLeader.send = partial(node_);
     }
@@ -415,7 +430,7 @@ void Comm::smallAllReduceAcrossNodes(const Call& call) {
   }
   char* handBack = scratch(kVerdictBytes + bytes);  // the verdict, then the result
   if (isLeader()) {
-    copyText(handBack, exchangeNodeFrames(call, bytes));
+    copyText(handBack, exchangeNodeFrames(asked, bytes));
     // AVG: the partial sums, summed and divided once by the rank count.
     if (handBack[0] == '\0') {
       std::vector<const void*> sources;
@@ -425,12 +440,16 @@ void Comm::smallAllReduceAcrossNodes(const Call& call) {
     }
   }
   localBroadcast({CallKind::Broadcast, handBack, handBack, kVerdictBytes + bytes, ncclInt8, ncclSum,
-                  leader(), call.sequence});
+                  leader(), asked.sequence});
   if (handBack[0] != '\0') throw MismatchError(handBack);
-  if (half)
-    convert(call.recv, call.datatype, handBack + kVerdictBytes, ncclFloat32, call.count);
+  return handBack + kVerdictBytes;
+}
+
+void Comm::keepResult(void* to, const char* result, size_t count, ncclDataType_t type) {
+  if (acrossNodesType(type) != type)
+    convert(to, type, result, ncclFloat32, count);
   else
-    std::memcpy(call.recv, handBack + kVerdictBytes, bytes);
+    std::memcpy(to, result, count * datatypeSize(type));
 }
 
 void Comm::allReduceAcrossNodes(const Call& call, void* result) {
@@ -659,8 +678,10 @@ void Comm::allGather(const void* send, void* recv, size_t sendCount, ncclDataTyp
 
 void Comm::reduceScatter(const void* send, void* recv, size_t recvCount, ncclDataType_t datatype,
                          ncclRedOp_t op) {
+  const bool small = recvCount * datatypeSize(datatype) * size_ <= kOneShotMaxBytes && spansNodes();
   collective({CallKind::ReduceScatter, send, recv, recvCount, datatype, op, 0, ++calls_},
-             &Comm::localReduceScatter, &Comm::reduceScatterAcrossNodes);
+             &Comm::localReduceScatter, small ? &Comm::smallReduceScatterAcrossNodes : &Comm::reduceScatterAcrossNodes,
+             small);
 }
 
 void Comm::reduce(const void* send, void* recv, size_t count, ncclDataType_t datatype,

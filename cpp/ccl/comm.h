@@ -120,6 +120,12 @@ class Comm {
   std::string nodeDisagreement(const Call& call);
   std::string disagreementAcrossNodes(const char* reports, size_t stride) const;
   void smallAllReduceAcrossNodes(const Call& call);
+  void smallReduceScatterAcrossNodes(const Call& call);
+  // The small all-reduce of `call` (ranks compare `asked`, what the caller
+  // asked for), its result in the scratch buffer, in acrossNodesType.
+  const char* smallAllReduceResult(const Call& asked, const Call& call);
+  // `count` elements of such a result into `to`, as `type`.
+  static void keepResult(void* to, const char* result, size_t count, ncclDataType_t type);
   void smallAllGatherAcrossNodes(const Call& call);
   void smallBroadcastAcrossNodes(const Call& call);
   bool nodesAreRankRanges() const;

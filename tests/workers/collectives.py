@@ -773,6 +773,14 @@ def check_bad_input(m):
         dist.all_reduce(pieces)
         m.same("all_reduce in pieces", [pieces],
                [torch.arange(12_000, dtype=torch.float32) * m.world + m.world * (m.world - 1) // 2])
+        # A small reduce-scatter is a small all-reduce underneath: against
+        # a large one, and against an all-reduce of its whole buffer.
+        m.raises("reduce_scatter small against large", RuntimeError, "collective mismatch",
+                 lambda: dist.reduce_scatter_tensor(torch.empty(8 if m.rank == 0 else 100_000),
+                                                    torch.ones(m.world * (8 if m.rank == 0 else 100_000))))
+        m.raises("reduce_scatter against all_reduce", RuntimeError, "collective mismatch",
+                 lambda: dist.reduce_scatter_tensor(torch.empty(8), torch.ones(m.world * 8)) if m.rank == 0
+                 else dist.all_reduce(torch.ones(m.world * 8)))
         m.raises("broadcast small against large", RuntimeError, "collective mismatch",
                  lambda: dist.broadcast(torch.ones(8 if m.rank == 0 else 100_000), src=0))
         m.raises("all_gather small against large", RuntimeError, "collective mismatch",
