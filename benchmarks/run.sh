@@ -1,56 +1,73 @@
 #!/usr/bin/env bash
-# The recorded benchmark of docs/performance.md, on one machine:
-#   2 ranks under mpirun (mojo, mojo+pool, gloo, the library alone, MPI),
-#   2 ranks as 2 "nodes" under mpirun with MPI on TCP (mojo's libfabric path
-#   with the tcp provider, against gloo and MPI over TCP, and mojo in shared memory),
-#   4 ranks under torchrun (mojo, mojo+pool, gloo),
-#   the all-reduce between 2 and 4 single-rank nodes and the cost model's predictions,
-#   the all-reduce between 2 nodes of 2 ranks, on rails and by leaders alone,
-#   the reduction kernel against memcpy, and DDP steps/s (one node, and two torchrun agents).
-# Usage: benchmarks/run.sh [output-dir]   (default: benchmarks/results)
+# The recorded benchmark of docs/performance.md, on one machine.
+#   one node: 2 ranks under mpirun (mojo, mojo+pool, gloo, the library alone,
+#     MPI), 4 ranks under torchrun (mojo, mojo+pool, gloo), the reduction
+#     kernel against memcpy, DDP steps/s;
+#   between nodes ("nodes" of one machine, MOJOCCL_HOSTID, the tcp provider):
+#     2 ranks as 2 nodes under mpirun with MPI on TCP (mojo's libfabric path
+#     against gloo and MPI over TCP, the wire's own p2p swap, and mojo in
+#     shared memory), the all-reduce between 2 and 4 single-rank nodes and
+#     the cost model's predictions, 2 nodes of 2 ranks on rails and by
+#     leaders alone, and DDP across two torchrun agents.
+# Usage: benchmarks/run.sh [output-dir] [all|one-node|between-nodes]
+#   (default: benchmarks/results, all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-benchmarks/results}
+part=${2:-all}
 mkdir -p "$out"
 bin=.venv/bin
 export TORCH_MOJO_BACKEND_TRACE=0 OMP_NUM_THREADS=1
 # Open MPI refuses root without these (CI machines run as root).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-
 "$bin/python" -c "import mpi4py" 2>/dev/null || "$bin/pip" install --quiet mpi4py matplotlib
-mpirun -np 2 --bind-to none "$bin/python" -m torch_mojo.bench --output "$out/collectives-2ranks" \
-  | tee "$out/collectives-2ranks.txt"
-mpirun -np 2 --bind-to none --mca pml ob1 --mca btl self,tcp "$bin/python" -m torch_mojo.bench \
-  --backends mojo,mojo+fabric,gloo,mpi --sizes 8,4K,64K,1M,16M,64M --output "$out/fabric-2ranks" \
-  | tee "$out/fabric-2ranks.txt"
-"$bin/torch-mojo" bench --nproc 4 --backends mojo,mojo+pool,gloo --sizes 8,4K,64K,1M,16M,64M \
-  --output "$out/collectives-4ranks" | tee "$out/collectives-4ranks.txt"
-# The all-reduce between 2 and 4 single-rank nodes past the one-message
-# size, and the cost model's predictions up to 1024 nodes next to them.
-for nodes in 2 4; do
-  "$bin/torch-mojo" bench --nproc $nodes --backends mojo+fabric,gloo --collectives all_reduce --sizes 256K,1M,16M \
-    --output "$out/network-${nodes}nodes" | tee "$out/network-${nodes}nodes.txt"
-done
-# 2 nodes of 2 ranks: the all-reduce on rails (each local rank carries its
-# slice between nodes) and by the nodes' first ranks alone, next to the wire
-# (p2p: every rank swapping with its partner on the other node at once).
-for rails in 1 0; do
-  MOJOCCL_NET_RAILS=$rails "$bin/torch-mojo" bench --nproc 4 --ranks-per-node 2 --backends mojo+fabric,p2p,gloo \
-    --collectives all_reduce --sizes 256K,1M,16M,64M --output "$out/rails${rails}-2x2" | tee "$out/rails${rails}-2x2.txt"
-done
-"$bin/torch-mojo" bench --model --sizes 256K,1M,16M --measured "$out/network-2nodes.csv,$out/network-4nodes.csv" \
-  | tee "$out/network-model.txt"
-"$bin/torch-mojo" bench --nproc 2 --kernels --sizes 256K,4M,64M,256M --output "$out/bench" \
-  | tee "$out/kernels-2ranks.txt"
-"$bin/torch-mojo" bench --nproc 2 --ddp --output "$out/bench" | tee "$out/ddp-2ranks.txt"
-# DDP across two torchrun agents, each a "node" of 1, then 2, workers.
-for per_node in 1 2; do
-  for node in 1 0; do
-    MOJOCCL_HOSTID=node$node MOJOCCL_FABRIC_PROVIDER=tcp "$bin/torchrun" --nnodes=2 --nproc-per-node=$per_node \
-      --rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:29778 --rdzv-id=ddp$per_node -m torch_mojo.bench --ddp \
-      --output "$out/ddp-2nodes-x$per_node" > "$out/ddp-2nodes-x$per_node-node$node.txt" &
+
+one_node() {
+  mpirun -np 2 --bind-to none "$bin/python" -m torch_mojo.bench --output "$out/collectives-2ranks" \
+    | tee "$out/collectives-2ranks.txt"
+  "$bin/torch-mojo" bench --nproc 4 --backends mojo,mojo+pool,gloo --sizes 8,4K,64K,1M,16M,64M \
+    --output "$out/collectives-4ranks" | tee "$out/collectives-4ranks.txt"
+  "$bin/torch-mojo" bench --nproc 2 --kernels --sizes 256K,4M,64M,256M --output "$out/bench" \
+    | tee "$out/kernels-2ranks.txt"
+  "$bin/torch-mojo" bench --nproc 2 --ddp --output "$out/bench" | tee "$out/ddp-2ranks.txt"
+}
+
+between_nodes() {
+  mpirun -np 2 --bind-to none --mca pml ob1 --mca btl self,tcp "$bin/python" -m torch_mojo.bench \
+    --backends mojo,mojo+fabric,p2p,gloo,mpi --sizes 8,4K,16K,64K,1M,16M,64M,256M --output "$out/fabric-2ranks" \
+    | tee "$out/fabric-2ranks.txt"
+  # The all-reduce between 2 and 4 single-rank nodes past the one-message
+  # size, and the cost model's predictions up to 1024 nodes next to them.
+  for nodes in 2 4; do
+    "$bin/torch-mojo" bench --nproc $nodes --backends mojo+fabric,gloo --collectives all_reduce --sizes 256K,1M,16M \
+      --output "$out/network-${nodes}nodes" | tee "$out/network-${nodes}nodes.txt"
   done
-  wait
-  cat "$out"/ddp-2nodes-x$per_node-node?.txt > "$out/ddp-2nodes-x$per_node.txt"  # rank 0 is on either
-  rm "$out"/ddp-2nodes-x$per_node-node?.txt
-done
+  "$bin/torch-mojo" bench --model --sizes 256K,1M,16M --measured "$out/network-2nodes.csv,$out/network-4nodes.csv" \
+    | tee "$out/network-model.txt"
+  # 2 nodes of 2 ranks: the all-reduce on rails (each local rank carries its
+  # slice between nodes) and by the nodes' first ranks alone, next to the
+  # wire (p2p: every rank swapping with its partner on the other node at once).
+  for rails in 1 0; do
+    MOJOCCL_NET_RAILS=$rails "$bin/torch-mojo" bench --nproc 4 --ranks-per-node 2 \
+      --backends mojo+fabric,p2p,gloo --collectives all_reduce --sizes 256K,1M,16M,64M \
+      --output "$out/rails${rails}-2x2" | tee "$out/rails${rails}-2x2.txt"
+  done
+  # DDP across two torchrun agents, each a "node" of 1, then 2, workers.
+  for per_node in 1 2; do
+    for node in 1 0; do
+      MOJOCCL_HOSTID=node$node MOJOCCL_FABRIC_PROVIDER=tcp "$bin/torchrun" --nnodes=2 --nproc-per-node=$per_node \
+        --rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:29778 --rdzv-id=ddp$per_node -m torch_mojo.bench --ddp \
+        --output "$out/ddp-2nodes-x$per_node" > "$out/ddp-2nodes-x$per_node-node$node.txt" &
+    done
+    wait
+    cat "$out"/ddp-2nodes-x$per_node-node?.txt > "$out/ddp-2nodes-x$per_node.txt"  # rank 0 is on either
+    rm "$out"/ddp-2nodes-x$per_node-node?.txt
+  done
+}
+
+case "$part" in
+  all) one_node; between_nodes ;;
+  one-node) one_node ;;
+  between-nodes) between_nodes ;;
+  *) echo "benchmarks/run.sh: the part is all, one-node or between-nodes, not '$part'" >&2; exit 2 ;;
+esac
