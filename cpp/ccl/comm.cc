@@ -541,10 +541,13 @@ void Comm::broadcastAcrossNodes(const Call& call) {
 }
 
 void Comm::allGatherAcrossNodes(const Call& call) {
-  // Each node's blocks gather at its leader, in node order in the scratch
-  // buffer; the leaders swap them, put them in rank order, and broadcast.
+  // Each node's blocks gather at its leader, in node order; the leaders
+  // swap them, put them in rank order, and broadcast. Where each node's
+  // ranks are consecutive (as launchers place them), node order is rank
+  // order: they gather in the result itself, with no copy to reorder them.
   const size_t block = call.count * datatypeSize(call.datatype);
-  char* gathered = scratch(block * size_);
+  const bool inPlace = nodesAreRankRanges();
+  char* gathered = inPlace ? static_cast<char*>(call.recv) : scratch(block * size_);
   std::vector<char*> nodeBlocks;
   std::vector<size_t> nodeBytes;
   size_t offset = 0;
@@ -558,7 +561,7 @@ void Comm::allGatherAcrossNodes(const Call& call) {
   localAllGather(inNode);
   if (isLeader()) {
     networkAllGather(leaders(call), nodeBlocks, nodeBytes);
-    for (size_t node = 0; node < nodes_.size(); ++node)
+    for (size_t node = 0; node < nodes_.size() && !inPlace; ++node)
       for (size_t i = 0; i < nodes_[node].size(); ++i)
         std::memcpy(static_cast<char*>(call.recv) + nodes_[node][i] * block, nodeBlocks[node] + i * block,
                     block);
