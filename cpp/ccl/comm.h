@@ -35,6 +35,11 @@ namespace mojoccl {
 
 enum class AllReduceAlgorithm { Auto, OneShot, TwoShot };
 
+// Up to this size one-shot all-reduce wins whatever the rank count; above it
+// two-shot does once more than two ranks share the work. Between nodes, calls
+// up to this size travel in the leaders' frames.
+constexpr size_t kOneShotMaxBytes = 64 << 10;
+
 class Comm {
  public:
   // Collective over the `nranks` processes that pass the same `id`.
@@ -106,7 +111,8 @@ class Comm {
   void localAllGather(const Call& call);
   void localReduceScatter(const Call& call);
 
-  // ---- across nodes (shared memory, then libfabric between leaders)
+  // ---- across nodes (shared memory, then libfabric between leaders;
+  // comm_across_nodes.cc)
   bool spansNodes() const { return fabric_ != nullptr; }
   int leader() const { return nodes_[node_][0]; }
   bool isLeader() const { return leader() == rank_; }

@@ -1,0 +1,410 @@
+// The communicator's collectives across nodes: each node's ranks meet in
+// shared memory, the nodes' leaders (or, on rails, local rank i of every
+// node) over libfabric (algorithms/network.h). comm.cc sets the
+// communicator up and runs the collectives within one node.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "algorithms/network.h"
+#include "algorithms/step.h"
+#include "comm.h"
+#include "datatypes.h"
+#include "error.h"
+#include "kernels.h"
+
+namespace mojoccl {
+namespace {
+
+// A rail's slice at least this large: nodes of many ranks (a CPU rank per
+// core) would otherwise cut a mid-size all-reduce into as many streams of
+// small messages, each paying every step's latency.
+constexpr size_t kMinRailSliceBytes = 64 << 10;
+
+}  // namespace
+
+char* Comm::scratch(size_t bytes) {
+  if (scratch_.size() < bytes) scratch_.resize(bytes);
+  return scratch_.data();
+}
+
+NetworkGroup Comm::rail(const Call& call, int index) {
+  std::vector<int> ranks;
+  for (const auto& node : nodes_) ranks.push_back(node[index]);
+  return {*fabric_, ranks, node_, call.describe() + " across nodes"};
+}
+
+namespace {
+constexpr size_t kVerdictBytes = 512;
+
+// Half types cross nodes in float32 and are rounded once, at the end, as on
+// one node: the result does not depend on how ranks are placed.
+ncclDataType_t acrossNodesType(ncclDataType_t type) {
+  return type == ncclFloat16 || type == ncclBfloat16 ? ncclFloat32 : type;
+}
+
+// What a node's leader tells the other leaders about a call.
+struct NodeReport {
+  CallSignature signature;
+  char problem[kVerdictBytes];  // the node's own disagreement, if any
+};
+
+void copyText(char* to, const std::string& text) { std::snprintf(to, kVerdictBytes, "%s", text.c_str()); }
+
+// Room for any leader's frame: its node's report, then the data of a small
+// all-reduce (halves cross in float32, at twice their bytes).
+constexpr size_t kFrameRoom = sizeof(NodeReport) + 2 * kOneShotMaxBytes;
+}  // namespace
+
+std::string Comm::nodeDisagreement(const Call& call) {
+  Step step(*shm_, rounds_, call);
+  step.publishAndAwait();
+  return step.disagreement();
+}
+
+// The first disagreement among the nodes' reports (`stride` bytes apart),
+// or "": every leader finds the same.
+std::string Comm::disagreementAcrossNodes(const char* reports, size_t stride) const {
+  const auto* first = reinterpret_cast<const NodeReport*>(reports);
+  for (size_t node = 0; node < nodes_.size(); ++node) {
+    const auto* report = reinterpret_cast<const NodeReport*>(reports + node * stride);
+    if (report->problem[0] != '\0') return report->problem;
+    if (!report->signature.sameCollective(first->signature))
+      return mismatchText(nodes_[node][0], report->signature, nodes_[0][0], first->signature);
+  }
+  return "";
+}
+
+// Before any data moves, every rank learns whether all ranks issued the same
+// collective: each node compares its ranks' calls, the leaders compare the
+// nodes', and each leader hands the verdict to its node. A mismatch then
+// raises the same MismatchError on every rank, and the communicator stays
+// usable, as within one node.
+void Comm::agreeAcrossNodes(const Call& call) {
+  reportInFrame(call);
+  char verdict[kVerdictBytes] = {};
+  if (isLeader()) copyText(verdict, exchangeNodeFrames(call, 0));
+  localBroadcast({CallKind::Broadcast, verdict, verdict, kVerdictBytes, ncclInt8, ncclSum, leader(),
+                  call.sequence});
+  if (verdict[0] != '\0') throw MismatchError(verdict);
+}
+
+bool Comm::reportInFrame(const Call& call) {
+  NodeReport& mine = *reinterpret_cast<NodeReport*>(frame(node_));
+  mine = NodeReport{};
+  mine.signature = CallSignature::of(call);
+  copyText(mine.problem, nodeDisagreement(call));
+  return mine.problem[0] == '\0';
+}
+
+char* Comm::frame(size_t node) {
+  if (frames_.size() < nodes_.size() * kFrameRoom) frames_.resize(nodes_.size() * kFrameRoom);
+  return frames_.data() + node * kFrameRoom;
+}
+
+// Each leader's frame (frame(node): its node's report, then `payloadBytes`
+// of data) to every other leader; returns the first disagreement among the
+// reports, or "". A leader in a small all-reduce and one in any other call
+// exchange frames alike, and so meet.
+std::string Comm::exchangeNodeFrames(const Call& call, size_t payloadBytes) {
+  std::vector<char*> frames;
+  for (size_t node = 0; node < nodes_.size(); ++node) frames.push_back(frame(node));
+  std::vector<size_t> received;
+  networkExchangeFrames(leaders(call), frames, sizeof(NodeReport) + payloadBytes, kFrameRoom, received);
+  return disagreementAcrossNodes(frames[0], kFrameRoom);
+}
+
+// A small all-gather (up to 64 KiB in all)
+// takes one exchange between nodes: each leader sends its node's report
+// with the node's blocks behind it, puts every node's blocks in rank order,
+// and hands its node the verdict and the result in one broadcast.
+void Comm::smallAllGatherAcrossNodes(const Call& call) {
+  const size_t block = call.count * datatypeSize(call.datatype);
+  auto blocks = [&](size_t node) { return frame(node) + sizeof(NodeReport); };
+  if (reportInFrame(call)) {
+    Call inNode = call;
+    inNode.recv = blocks(node_);
+    localAllGather(inNode);
+  }
+  char* handBack = scratch(kVerdictBytes + block * size_);  // the verdict, then the result
+  if (isLeader()) {
+    copyText(handBack, exchangeNodeFrames(call, nodes_[node_].size() * block));
+    if (handBack[0] == '\0')
+      for (size_t node = 0; node < nodes_.size(); ++node)
+        for (size_t i = 0; i < nodes_[node].size(); ++i)
+          std::memcpy(handBack + kVerdictBytes + nodes_[node][i] * block, blocks(node) + i * block, block);
+  }
+  localBroadcast({CallKind::Broadcast, handBack, handBack, kVerdictBytes + block * size_, ncclInt8, ncclSum,
+                  leader(), call.sequence});
+  if (handBack[0] != '\0') throw MismatchError(handBack);
+  std::memcpy(call.recv, handBack + kVerdictBytes, block * size_);
+}
+
+// A small broadcast (up to 64 KiB) takes one exchange between nodes: the
+// root's node broadcasts within itself, then its leader's frame carries the
+// data behind its report; every other leader hands its node the verdict and
+// the data in one broadcast.
+void Comm::smallBroadcastAcrossNodes(const Call& call) {
+  const size_t bytes = call.count * datatypeSize(call.datatype);
+  const int rootNode = nodeOfRank_[call.root];
+  const bool rootHere = node_ == rootNode;
+  if (reportInFrame(call) && rootHere) localBroadcast(call);
+  const size_t handed = kVerdictBytes + (rootHere ? 0 : bytes);
+  char* handBack = scratch(handed);  // the verdict, then the data
+  if (isLeader()) {
+    if (rootHere) std::memcpy(frame(node_) + sizeof(NodeReport), call.recv, bytes);
+    copyText(handBack, exchangeNodeFrames(call, rootHere ? bytes : 0));
+    if (!rootHere && handBack[0] == '\0')
+      std::memcpy(handBack + kVerdictBytes, frame(rootNode) + sizeof(NodeReport), bytes);
+  }
+  localBroadcast({CallKind::Broadcast, handBack, handBack, handed, ncclInt8, ncclSum, leader(), call.sequence});
+  if (handBack[0] != '\0') throw MismatchError(handBack);
+  if (!rootHere) std::memcpy(call.recv, handBack + kVerdictBytes, bytes);
+}
+
+// A small all-reduce takes one exchange between nodes: each leader sends its
+// node's report together with the node's partial result, and every leader
+// combines all partials in node order (so all get the same bits). The
+// leader hands its node the verdict and the result in one broadcast.
+void Comm::smallAllReduceAcrossNodes(const Call& call) {
+  keepResult(call.recv, smallAllReduceResult(call, call), call.count, call.datatype);
+}
+
+// A small reduce-scatter is the small all-reduce of the whole buffer, of
+// which each rank keeps its block: one exchange between nodes, where the
+// reduce-scatter ring takes an agreement and then its steps.
+void Comm::smallReduceScatterAcrossNodes(const Call& call) {
+  Call whole = call;
+  whole.kind = CallKind::AllReduce;
+  whole.count = call.count * size_;
+  const char* result = smallAllReduceResult(call, whole);
+  keepResult(call.recv, result + rank_ * call.count * datatypeSize(acrossNodesType(call.datatype)), call.count,
+             call.datatype);
+}
+
+const char* Comm::smallAllReduceResult(const Call& asked, const Call& call) {
+  const ncclDataType_t type = acrossNodesType(call.datatype);
+  const size_t bytes = call.count * datatypeSize(type);
+  auto partial = [&](size_t node) { return frame(node) + sizeof(NodeReport); };
+  if (reportInFrame(asked)) {
+    Call toLeader = call;
+    toLeader.kind = CallKind::Reduce;
+    toLeader.datatype = type;
+    toLeader.op = call.op == ncclAvg ? ncclSum : call.op;
+    toLeader.root = leader();
+    if (type != call.datatype) {
+      convert(partial(node_), ncclFloat32, call.send, call.datatype, call.count);
+      toLeader.send = partial(node_);
+    }
+    toLeader.recv = partial(node_);
+    localReduce(toLeader);
+  }
+  char* handBack = scratch(kVerdictBytes + bytes);  // the verdict, then the result
+  if (isLeader()) {
+    copyText(handBack, exchangeNodeFrames(asked, bytes));
+    // AVG: the partial sums, summed and divided once by the rank count.
+    if (handBack[0] == '\0') {
+      std::vector<const void*> sources;
+      for (size_t node = 0; node < nodes_.size(); ++node) sources.push_back(partial(node));
+      mojoccl::reduce(handBack + kVerdictBytes, sources.data(), static_cast<int>(sources.size()), call.count,
+                      type, call.op, size_);
+    }
+  }
+  localBroadcast({CallKind::Broadcast, handBack, handBack, kVerdictBytes + bytes, ncclInt8, ncclSum,
+                  leader(), asked.sequence});
+  if (handBack[0] != '\0') throw MismatchError(handBack);
+  return handBack + kVerdictBytes;
+}
+
+void Comm::keepResult(void* to, const char* result, size_t count, ncclDataType_t type) {
+  if (acrossNodesType(type) != type)
+    convert(to, type, result, ncclFloat32, count);
+  else
+    std::memcpy(to, result, count * datatypeSize(type));
+}
+
+void Comm::allReduceAcrossNodes(const Call& call, void* result) {
+  if (acrossNodesType(call.datatype) != call.datatype) {
+    if (wide_.size() < call.count) wide_.resize(call.count);
+    convert(wide_.data(), ncclFloat32, call.send, call.datatype, call.count);
+    Call wide = call;
+    wide.datatype = ncclFloat32;
+    wide.send = wide.recv = wide_.data();
+    allReduceAcrossNodes(wide, wide_.data());
+    convert(result, call.datatype, wide_.data(), ncclFloat32, call.count);
+    return;
+  }
+  if (onRails() && call.count * datatypeSize(call.datatype) / nodes_[node_].size() >= kMinRailSliceBytes)
+    return allReduceOnRails(call, result);
+  // AVG sums everywhere and divides once, by the whole rank count.
+  Call toLeader = call;
+  toLeader.kind = CallKind::Reduce;
+  toLeader.recv = result;
+  toLeader.op = call.op == ncclAvg ? ncclSum : call.op;
+  toLeader.root = leader();
+  localReduce(toLeader);
+  if (isLeader()) allReduceBetweenNodes(leaders(call), result, call.count, call);
+  Call fromLeader = call;
+  fromLeader.kind = CallKind::Broadcast;
+  fromLeader.send = fromLeader.recv = result;
+  fromLeader.root = leader();
+  localBroadcast(fromLeader);
+}
+
+void Comm::allReduceBetweenNodes(const NetworkGroup& group, void* data, size_t count, const Call& call) {
+  const ncclRedOp_t op = call.op == ncclAvg ? ncclSum : call.op;
+  if (networkAlgorithms_.allReduce(group.size(), count * datatypeSize(call.datatype)) ==
+      NetworkAllReduce::RecursiveDoubling)
+    networkAllReduceRecursiveDoubling(group, data, count, call.datatype, op);
+  else
+    networkAllReduce(group, data, count, call.datatype, op);
+  if (call.op == ncclAvg) {
+    const void* sum[1] = {data};
+    mojoccl::reduce(data, sum, 1, count, call.datatype, ncclAvg, size_);
+  }
+}
+
+// Local rank i reduces slice i of its node's buffers (a reduce-scatter in
+// shared memory), all-reduces it with local rank i of every other node,
+// and the node's ranks gather the slices. Slices are equal; where the node's
+// ranks do not divide the count, the call runs in a padded copy.
+void Comm::allReduceOnRails(const Call& call, void* result) {
+  const size_t size = datatypeSize(call.datatype);
+  const int perNode = static_cast<int>(nodes_[node_].size());
+  const size_t slice = (call.count + perNode - 1) / perNode;
+  const bool even = slice * perNode == call.count;
+  char* whole = static_cast<char*>(result);
+  if (!even) {
+    railBuffer_.resize(slice * perNode * size);
+    whole = railBuffer_.data();
+    std::memcpy(whole, call.send, call.count * size);
+    std::memset(whole + call.count * size, 0, (slice * perNode - call.count) * size);
+  }
+  char* mine = whole + localIndex_ * slice * size;
+  Call scatter = call;
+  scatter.kind = CallKind::ReduceScatter;
+  scatter.send = even ? call.send : whole;
+  scatter.recv = mine;
+  scatter.count = slice;
+  scatter.op = call.op == ncclAvg ? ncclSum : call.op;
+  localReduceScatter(scatter);
+  allReduceBetweenNodes(rail(call, localIndex_), mine, slice, call);
+  Call gather = call;
+  gather.kind = CallKind::AllGather;
+  gather.send = mine;
+  gather.recv = whole;
+  gather.count = slice;
+  localAllGather(gather);
+  if (!even) std::memcpy(result, whole, call.count * size);
+}
+
+void Comm::broadcastAcrossNodes(const Call& call) {
+  const int rootNode = nodeOfRank_[call.root];
+  if (node_ == rootNode) localBroadcast(call);
+  if (isLeader())
+    networkBroadcast(leaders(call), call.recv, call.count * datatypeSize(call.datatype), rootNode);
+  if (node_ != rootNode) {
+    Call fromLeader = call;
+    fromLeader.send = call.recv;
+    fromLeader.root = leader();
+    localBroadcast(fromLeader);
+  }
+}
+
+void Comm::allGatherAcrossNodes(const Call& call) {
+  // Each node's blocks gather at its leader, in node order; the leaders
+  // swap them, put them in rank order, and broadcast. Where each node's
+  // ranks are consecutive (as launchers place them), node order is rank
+  // order: they gather in the result itself, with no copy to reorder them.
+  const size_t block = call.count * datatypeSize(call.datatype);
+  const bool inPlace = nodesAreRankRanges();
+  char* gathered = inPlace ? static_cast<char*>(call.recv) : scratch(block * size_);
+  std::vector<char*> nodeBlocks;
+  std::vector<size_t> nodeBytes;
+  size_t offset = 0;
+  for (const auto& node : nodes_) {
+    nodeBlocks.push_back(gathered + offset);
+    nodeBytes.push_back(node.size() * block);
+    offset += nodeBytes.back();
+  }
+  Call inNode = call;
+  inNode.recv = nodeBlocks[node_];
+  localAllGather(inNode);
+  if (isLeader()) {
+    networkAllGather(leaders(call), nodeBlocks, nodeBytes);
+    for (size_t node = 0; node < nodes_.size() && !inPlace; ++node)
+      for (size_t i = 0; i < nodes_[node].size(); ++i)
+        std::memcpy(static_cast<char*>(call.recv) + nodes_[node][i] * block, nodeBlocks[node] + i * block,
+                    block);
+  }
+  Call fromLeader = call;
+  fromLeader.kind = CallKind::Broadcast;
+  fromLeader.send = call.recv;
+  fromLeader.count = call.count * size_;
+  fromLeader.root = leader();
+  localBroadcast(fromLeader);
+}
+
+void Comm::reduceScatterAcrossNodes(const Call& call) {
+  if (acrossNodesType(call.datatype) == call.datatype && nodesAreRankRanges()) return reduceScatterByNodes(call);
+  // The whole all-reduce, of which this rank keeps its block.
+  const size_t block = call.count * datatypeSize(call.datatype);
+  Call whole = call;
+  whole.kind = CallKind::AllReduce;
+  whole.count = call.count * size_;
+  char* result = scratch(block * size_);
+  allReduceAcrossNodes(whole, result);
+  std::memcpy(call.recv, result + rank_ * block, block);
+}
+
+// Each node's ranks are consecutive, nodes in rank order (as launchers
+// place ranks by default): a node's blocks of a reduce-scatter are one
+// range of the buffer.
+bool Comm::nodesAreRankRanges() const {
+  int expected = 0;
+  for (const auto& node : nodes_)
+    for (int rank : node)
+      if (rank != expected++) return false;
+  return true;
+}
+
+// The leaders reduce-scatter the node sums round the ring, each ending with
+// its node's blocks: half the traffic of the whole all-reduce. Then each
+// leader hands its node those blocks.
+void Comm::reduceScatterByNodes(const Call& call) {
+  const size_t size = datatypeSize(call.datatype);
+  char* result = scratch(call.count * size_ * size);
+  const ncclRedOp_t op = call.op == ncclAvg ? ncclSum : call.op;
+  Call toLeader = call;
+  toLeader.kind = CallKind::Reduce;
+  toLeader.count = call.count * size_;
+  toLeader.recv = result;
+  toLeader.op = op;
+  toLeader.root = leader();
+  localReduce(toLeader);
+  std::vector<Slice> byNode;
+  for (const auto& node : nodes_) byNode.push_back({node.front() * call.count, (node.back() + 1) * call.count});
+  const Slice ours = byNode[node_];
+  if (isLeader()) {
+    networkReduceScatter(leaders(call), result, byNode, 0, call.datatype, op, nullptr);
+    if (call.op == ncclAvg) {
+      const void* sum[1] = {bytesAt(result, ours.begin, size)};
+      mojoccl::reduce(bytesAt(result, ours.begin, size), sum, 1, ours.end - ours.begin, call.datatype, ncclAvg, size_);
+    }
+  }
+  Call fromLeader = call;
+  fromLeader.kind = CallKind::Broadcast;
+  fromLeader.send = fromLeader.recv = bytesAt(result, ours.begin, size);
+  fromLeader.count = ours.end - ours.begin;
+  fromLeader.root = leader();
+  localBroadcast(fromLeader);
+  std::memcpy(call.recv, bytesAt(result, rank_ * call.count, size), call.count * size);
+}
+
+void Comm::reduceAcrossNodes(const Call& call) {
+  Call whole = call;
+  whole.kind = CallKind::AllReduce;
+  allReduceAcrossNodes(whole, rank_ == call.root ? call.recv : scratch(call.count * datatypeSize(call.datatype)));
+}
+
+}  // namespace mojoccl
