@@ -43,7 +43,7 @@ between_nodes() {
       --output "$out/network-${nodes}nodes" | tee "$out/network-${nodes}nodes.txt"
   done
   "$bin/torch-mojo" bench --model --sizes 256K,1M,16M --measured "$out/network-2nodes.csv,$out/network-4nodes.csv" \
-    | tee "$out/network-model.txt"
+    --output "$out/network" | tee "$out/network-model.txt"
   # 2 nodes of 2 ranks: the all-reduce on rails (each local rank carries its
   # slice between nodes) and by the nodes' first ranks alone, next to the
   # wire (p2p: every rank swapping with its partner on the other node at once).

@@ -82,6 +82,7 @@ def test_model_chooses_the_algorithm_it_predicts_faster(tmp_path):
     by_case = {(int(row[0]), row[1] + row[2]): row for row in rows}
     assert by_case[(1024, "256KiB")][5] == "recursive_doubling"  # 2046 ring steps against 10
     assert by_case[(2, "256KiB")][6] == "321" and len(by_case[(4, "256KiB")]) == 6  # measured where given
+    assert (tmp_path / "out-model.png").stat().st_size > 10_000
 
     env_ring = subprocess.run([sys.executable, "-m", "torch_mojo.cli", "bench", "--model", "--sizes", "256K"],
                               capture_output=True, text=True, timeout=60, cwd=ROOT,

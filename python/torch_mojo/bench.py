@@ -9,7 +9,8 @@ Each rank runs this module; launch it with torchrun or with mpirun/srun:
 With --model it prints, without running anything, libmojoccl's cost model
 of the all-reduce between nodes (one leader each) from 2 to 1024 nodes:
 each algorithm's predicted time and the one it chooses, next to what a
-bench run measured (--measured: the .csv of runs of mojo+fabric).
+bench run measured (--measured: the .csv of runs of mojo+fabric), and
+plots them (<output>-model.png).
 
 With --kernels it measures instead, on every rank at once, the Mojo
 reduction kernel against memcpy (GB/s counts bytes read plus written) and
@@ -408,15 +409,23 @@ def _write_csv(rows, path):
         writer.writerows(rows)
 
 
-def write_outputs(rows, prefix, world):
-    _write_csv(rows, prefix + ".csv")
+def _pyplot(path):
+    """matplotlib's pyplot, drawing to files; None (said so) where it is not installed."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print(f"# matplotlib is not installed: no {prefix}.png", flush=True)
+        print(f"# matplotlib is not installed: no {path}", flush=True)
+        return None
+    return plt
+
+
+def write_outputs(rows, prefix, world):
+    _write_csv(rows, prefix + ".csv")
+    plt = _pyplot(prefix + ".png")
+    if plt is None:
         return
     collectives = sorted({row["collective"] for row in rows}, key=COLLECTIVES.index)
     figure, axes = plt.subplots(1, len(collectives), figsize=(4.2 * len(collectives), 3.6), squeeze=False)
@@ -480,7 +489,7 @@ def main(argv=None):
                         "mojo+fabric all_reduce times are shown next to the predictions")
     args = parser.parse_args(argv)
     if args.model:
-        print_model([parse_size(text) for text in args.sizes.split(",")], args.measured)
+        print_model([parse_size(text) for text in args.sizes.split(",")], args.measured, args.output)
         return 0
 
     from torch_mojo import launcher
@@ -593,12 +602,13 @@ def measured_times(paths: str) -> dict[tuple[int, int], float]:
     return times
 
 
-def print_model(sizes: list[int], measured_paths: str):
+def print_model(sizes: list[int], measured_paths: str, output: str):
     from torch_mojo.mojoccl import Library
 
     library = Library()
     measured = measured_times(measured_paths)
     sizes = [size for size in sizes if size > FRAME_BYTES]
+    chosen_times = {}
     print("# all_reduce between nodes (one leader each): the cost model's time in us per algorithm, its choice "
           "(MOJOCCL_NET_ALGO), and what mojo+fabric measured")
     print(f"{'nodes':>6} {'size':>6} {'ring':>10} {'rec.doubl.':>10}  {'chosen':<19} {'measured':>9}")
@@ -607,8 +617,36 @@ def print_model(sizes: list[int], measured_paths: str):
             predicted = [library.predict_all_reduce(nodes, size, name)[1] * 1e6 for name in NETWORK_ALGORITHMS]
             chosen = library.predict_all_reduce(nodes, size)[0]
             seen = measured.get((nodes, size))
+            chosen_times[(nodes, size)] = predicted[NETWORK_ALGORITHMS.index(chosen)]
             print(f"{nodes:>6} {human(size):>6} {predicted[0]:>10.0f} {predicted[1]:>10.0f}  {chosen:<19} "
                   f"{f'{seen:.0f}' if seen is not None else '':>9}")
+    plot_model(sizes, chosen_times, measured, output + "-model.png")
+
+
+def plot_model(sizes, chosen_times, measured, path):
+    """The model's time (its chosen algorithm) against the node count, a
+    line per size, with what was measured as points of the same colour."""
+    plt = _pyplot(path)
+    if plt is None:
+        return
+    figure, axis = plt.subplots(figsize=(6.4, 4.2))
+    for size in sizes:
+        line, = axis.plot(MODEL_NODES, [chosen_times[(nodes, size)] for nodes in MODEL_NODES], marker=".",
+                          label=f"{human(size)} (model)")
+        seen = sorted((nodes, time) for (nodes, at), time in measured.items() if at == size)
+        if seen:
+            axis.plot(*zip(*seen), "o", color=line.get_color(), markersize=8, fillstyle="none",
+                      label=f"{human(size)} (measured)")
+    axis.set_xscale("log", base=2)
+    axis.set_yscale("log")
+    axis.set_xlabel("nodes (one leader each)")
+    axis.set_ylabel("all_reduce time (us)")
+    axis.set_title("all_reduce between nodes: the cost model and measurements")
+    axis.grid(True, alpha=0.3)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    print(f"# wrote {path}")
 
 
 def _group_across_nodes(node):
