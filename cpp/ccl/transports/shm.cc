@@ -192,7 +192,12 @@ void ShmTransport::readPeerMemory(int peer, uint64_t address, void* destination,
     ssize_t got = process_vm_readv(peers_[peer].pid, &local, 1, &remote, 1, 0);
     if (got <= 0) {
       if (got < 0 && errno == EINTR) continue;
+      const int error = errno;
       checkPeer(peer);
+      // No such process, and no exit seen yet: the peer is on its way out
+      // (its memory goes before its exit is signalled).
+      if (got < 0 && error == ESRCH) failExited(peer);
+      errno = error;
       failSystem("process_vm_readv from rank " + std::to_string(peers_[peer].commRank));
     }
     to += got;
@@ -448,9 +453,7 @@ void ShmTransport::checkAlarm() const {
 void ShmTransport::checkNodeAlarm() const {
   if (aborted_.load()) fail(ncclInvalidUsage, "the communicator was aborted");
   checkAlarm();
-  if (self_ != 0 && peerDied(0))
-    fail(ncclRemoteError, "rank " + std::to_string(peers_[0].commRank) + " (pid " +
-                              std::to_string(peers_[0].pid) + ") exited");
+  if (self_ != 0 && peerDied(0)) failExited(0);
 }
 
 bool ShmTransport::peerDeparted(int peer) const { return control(peer).departed.load() != 0; }
@@ -493,9 +496,12 @@ void ShmTransport::checkPeer(int peer) const {
   if (control(peer).departed.load())
     fail(ncclRemoteError, "rank " + std::to_string(who.commRank) +
                               " destroyed or aborted its communicator");
-  if (peerExited(peer))
-    fail(ncclRemoteError, "rank " + std::to_string(who.commRank) + " (pid " +
-                              std::to_string(who.pid) + ") exited");
+  if (peerExited(peer)) failExited(peer);
+}
+
+void ShmTransport::failExited(int peer) const {
+  const ShmPeer& who = peers_[peer];
+  fail(ncclRemoteError, "rank " + std::to_string(who.commRank) + " (pid " + std::to_string(who.pid) + ") exited");
 }
 
 }  // namespace mojoccl

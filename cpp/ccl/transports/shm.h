@@ -160,6 +160,7 @@ class ShmTransport {
   void checkAlarm() const;
   void wakeWaitersOnUs();
   bool peerExited(int peer) const;
+  [[noreturn]] void failExited(int peer) const;  // "rank N (pid P) exited"
   bool probeCrossMemoryAttach(Bootstrap& bootstrap);
 
   std::vector<ShmPeer> peers_;
