@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <sstream>
 
 #include "error.h"
 
@@ -42,6 +43,14 @@ std::string envChoice(const char* name, const std::string& fallback,
 std::string envString(const char* name, const std::string& fallback) {
   const char* text = std::getenv(name);
   return text != nullptr ? std::string(text) : fallback;
+}
+
+std::vector<std::string> commaSeparated(const std::string& text) {
+  std::vector<std::string> items;
+  std::stringstream list(text);
+  std::string item;
+  while (std::getline(list, item, ',')) items.push_back(item);
+  return items;
 }
 
 }  // namespace mojoccl

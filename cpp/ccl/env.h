@@ -20,4 +20,7 @@ std::string envChoice(const char* name, const std::string& fallback,
 // Free text; `fallback` when unset.
 std::string envString(const char* name, const std::string& fallback = "");
 
+// The comma-separated items of a list-valued setting, in order ("" -> none).
+std::vector<std::string> commaSeparated(const std::string& text);
+
 }  // namespace mojoccl

@@ -1,7 +1,6 @@
 #include "network_choice.h"
 
 #include <algorithm>
-#include <sstream>
 
 #include "../env.h"
 #include "../error.h"
@@ -46,9 +45,7 @@ NetworkAlgorithms NetworkAlgorithms::fromEnv() {
     algorithms.allowed_ = kAllAlgorithms;
     return algorithms;
   }
-  std::stringstream list(text);
-  std::string name;
-  while (std::getline(list, name, ',')) algorithms.allowed_.push_back(networkAllReduceNamed(name, text));
+  for (const auto& name : commaSeparated(text)) algorithms.allowed_.push_back(networkAllReduceNamed(name, text));
   return algorithms;
 }
 

@@ -25,18 +25,6 @@ std::string joined(const std::vector<std::string>& names) {
   return text.empty() ? "none" : text;
 }
 
-// MOJOCCL_FABRIC_DOMAIN's names, in order; empty where unset.
-std::vector<std::string> domainsAsked(const std::string& setting) {
-  std::vector<std::string> names;
-  size_t start = 0;
-  while (!setting.empty() && start <= setting.size()) {
-    size_t comma = std::min(setting.find(',', start), setting.size());
-    names.push_back(setting.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return names;
-}
-
 // The NUMA node of a domain's NIC, from its PCI address; -1 where the
 // provider reports none or the system does not say.
 int numaNodeOfNic(const fi_info* info) {
@@ -120,7 +108,7 @@ bool registersLocalBuffers(const fi_info* info) {
 FabricChoice chooseFabric(const LibFabric& library, int localIndex) {
   FabricChoice choice;
   const std::string provider = envString("MOJOCCL_FABRIC_PROVIDER", "cxi");
-  const std::vector<std::string> asked = domainsAsked(envString("MOJOCCL_FABRIC_DOMAIN"));
+  const std::vector<std::string> asked = commaSeparated(envString("MOJOCCL_FABRIC_DOMAIN"));
 
   fi_info* hints = library.dupinfo(nullptr);
   hints->caps = FI_TAGGED;
