@@ -763,8 +763,8 @@ def check_bad_input(m):
         m.raises("small against large", RuntimeError, "collective mismatch",
                  lambda: dist.all_reduce(torch.ones(8 if m.rank == 0 else 100_000)))
         # Between nodes a frame past the provider's eager size goes in
-        # pieces (12,000 floats: 4 of them, 5,000: 2); ranks whose frames
-        # have different numbers of pieces still meet.
+        # pieces (at a 16 KiB limit, 12,000 floats: 4 of them, 5,000: 2);
+        # ranks whose frames have different numbers of pieces still meet.
         m.raises("small against pieces", RuntimeError, "collective mismatch",
                  lambda: dist.all_reduce(torch.ones(8 if m.rank == 0 else 12_000)))
         m.raises("pieces against pieces", RuntimeError, "collective mismatch",
