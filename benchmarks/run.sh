@@ -5,8 +5,8 @@
 #     kernel against memcpy, DDP steps/s;
 #   between nodes ("nodes" of one machine, MOJOCCL_HOSTID, the tcp provider):
 #     2 ranks as 2 nodes under mpirun with MPI on TCP (mojo's libfabric path
-#     against gloo and MPI over TCP, the wire's own p2p swap, and mojo in
-#     shared memory), the all-reduce between 2 and 4 single-rank nodes and
+#     against gloo and MPI over TCP, libmojoccl's point-to-point swap (p2p),
+#     the provider's own (wire), and mojo in shared memory), the all-reduce between 2 and 4 single-rank nodes and
 #     the cost model's predictions, 2 nodes of 2 ranks on rails and by
 #     leaders alone, and DDP across two torchrun agents.
 # Usage: benchmarks/run.sh [output-dir] [all|one-node|between-nodes]
@@ -34,7 +34,7 @@ one_node() {
 
 between_nodes() {
   mpirun -np 2 --bind-to none --mca pml ob1 --mca btl self,tcp "$bin/python" -m torch_mojo.bench \
-    --backends mojo,mojo+fabric,p2p,gloo,mpi --sizes 8,4K,16K,64K,1M,16M,64M,256M --output "$out/fabric-2ranks" \
+    --backends mojo,mojo+fabric,p2p,wire,gloo,mpi --sizes 8,4K,16K,64K,1M,16M,64M,256M --output "$out/fabric-2ranks" \
     | tee "$out/fabric-2ranks.txt"
   # The all-reduce between 2 and 4 single-rank nodes past the one-message
   # size, and the cost model's predictions up to 1024 nodes next to them.
@@ -45,11 +45,12 @@ between_nodes() {
   "$bin/torch-mojo" bench --model --sizes 256K,1M,16M --measured "$out/network-2nodes.csv,$out/network-4nodes.csv" \
     --output "$out/network" | tee "$out/network-model.txt"
   # 2 nodes of 2 ranks: the all-reduce on rails (each local rank carries its
-  # slice between nodes) and by the nodes' first ranks alone, next to the
-  # wire (p2p: every rank swapping with its partner on the other node at once).
+  # slice between nodes) and by the nodes' first ranks alone, next to
+  # point-to-point (p2p, wire: every rank swapping with its partner on the
+  # other node at once).
   for rails in 1 0; do
     MOJOCCL_NET_RAILS=$rails "$bin/torch-mojo" bench --nproc 4 --ranks-per-node 2 \
-      --backends mojo+fabric,p2p,gloo --collectives all_reduce --sizes 256K,1M,16M,64M \
+      --backends mojo+fabric,p2p,wire,gloo --collectives all_reduce --sizes 256K,1M,16M,64M \
       --output "$out/rails${rails}-2x2" | tee "$out/rails${rails}-2x2.txt"
   done
   # DDP across two torchrun agents, each a "node" of 1, then 2, workers.

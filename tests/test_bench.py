@@ -39,13 +39,14 @@ def test_collectives_table_csv_and_plot(tmp_path):
 
 def test_across_two_nodes_of_two_ranks_with_the_wire_column(tmp_path):
     # The nodes are simulated (MOJOCCL_HOSTID): ranks 0, 1 and 2, 3; each
-    # p2p swap crosses between them, and its checked run says who sent it.
-    out = bench(tmp_path, "--collectives", "all_reduce", "--sizes", "1M", "--backends", "mojo+fabric,p2p",
+    # p2p swap and wire send-receive crosses between them, and their checked
+    # runs say who sent it.
+    out = bench(tmp_path, "--collectives", "all_reduce", "--sizes", "1M", "--backends", "mojo+fabric,p2p,wire",
                 "--ranks-per-node", "2", "--min-seconds", "0.01", launcher=[
                     sys.executable, "-m", "torch_mojo.cli", "bench", "--nproc", "4"])
-    assert "mojo+fabric/p2p" in out
+    assert "mojo+fabric/p2p" in out and "mojo+fabric/wire" in out
     [row] = table_rows(out)
-    cells = [cell.split() for cell in row.split("|")[1:3]]
+    cells = [cell.split() for cell in row.split("|")[1:4]]
     assert all(cell[-1] == "0" for cell in cells), row
     with pytest.raises(AssertionError, match="must divide the 4 ranks into at least 2 nodes"):
         bench(tmp_path, "--backends", "p2p", "--ranks-per-node", "4",

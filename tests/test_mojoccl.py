@@ -71,13 +71,15 @@ def test_abort_ends_a_collective_waiting_on_a_live_peer():
 
 def test_bad_arguments_are_refused_and_the_comm_stays_usable():
     results = run_worker("ccl", 2, "bad_arguments", timeout=60)
-    for result in results:
+    for rank, result in enumerate(results):
         out = result.stdout
         assert f"datatype error {INVALID_ARGUMENT} unknown datatype 42" in out, out
         assert f"op error {INVALID_ARGUMENT} unknown reduction op 9" in out, out
         assert "root error" in out and "root 2 is outside 0..1" in out, out
         assert "null error" in out and "NULL" in out, out
         assert f"group_end error {INVALID_USAGE}" in out, out
+        assert (f"wire_here error {INVALID_USAGE} mojocclWireSendRecv: rank {1 - rank} is not a rank of this "
+                "communicator on another node") in out, out
         assert "ok usable" in out, out
 
 

@@ -344,6 +344,16 @@ MOJOCCL_API ncclResult_t mojocclRecvAny(void* recvbuff, size_t count, ncclDataTy
   });
 }
 
+MOJOCCL_API ncclResult_t mojocclWireSendRecv(const void* sendbuff, int to, void* recvbuff, int from, size_t bytes,
+                                             ncclComm_t comm) {
+  return guarded([&] {
+    if (comm == nullptr) mojoccl::fail(ncclInvalidArgument, "mojocclWireSendRecv: comm is NULL");
+    if (groupDepth > 0) mojoccl::fail(ncclInvalidUsage, "mojocclWireSendRecv runs outside ncclGroupStart/End");
+    ActiveCall active(comm->impl);
+    comm->impl.wireSendRecv(sendbuff, to, recvbuff, from, bytes);
+  });
+}
+
 MOJOCCL_API ncclResult_t mojocclCommFailedRanks(ncclComm_t comm, int* ranks, int* count) {
   return guarded([&] {
     if (comm == nullptr || ranks == nullptr || count == nullptr)

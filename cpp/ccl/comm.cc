@@ -342,4 +342,21 @@ int Comm::receiveFromAny(void* buffer, size_t count, ncclDataType_t datatype) {
   return source;
 }
 
+// One message to `to` and one from `from`, posted on the fabric endpoint as
+// they are: no header, no copy, no agreement. The provider's own
+// point-to-point in the process a benchmark measures libmojoccl in.
+void Comm::wireSendRecv(const void* send, int to, void* recv, int from, size_t bytes) {
+  for (int peer : {to, from})
+    if (!spansNodes() || peer < 0 || peer >= size_ || nodeOfRank_[peer] == node_)
+      fail(ncclInvalidUsage, "mojocclWireSendRecv: rank " + std::to_string(peer) +
+                                 " is not a rank of this communicator on another node");
+  if (bytes > 0 && (send == nullptr || recv == nullptr)) fail(ncclInvalidArgument, "a buffer pointer is NULL");
+  const std::string what = "mojocclWireSendRecv to rank " + std::to_string(to) + " from rank " + std::to_string(from);
+  run(what, [&] {
+    fabric_->postRecv(from, recv, bytes);
+    fabric_->postSend(to, send, bytes);
+    fabric_->waitAll(what);
+  });
+}
+
 }  // namespace mojoccl

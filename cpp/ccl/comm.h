@@ -77,6 +77,9 @@ class Comm {
   // A receive from whichever rank's message comes first; returns its rank.
   // Within one node only (the ranks of other nodes are not watched).
   int receiveFromAny(void* buffer, size_t count, ncclDataType_t datatype);
+  // `bytes` to `to` and from `from`, ranks on other nodes, straight on the
+  // fabric endpoint (mojocclWireSendRecv).
+  void wireSendRecv(const void* send, int to, void* recv, int from, size_t bytes);
 
   // From any thread: makes every wait of this communicator fail promptly.
   void abort() { aborted_.store(true); }

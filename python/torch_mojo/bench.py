@@ -27,10 +27,13 @@ same machine:
                 between nodes, with MOJOCCL_FABRIC_PROVIDER (default here:
                 tcp, as one machine has no fabric NIC)
                 (--ranks-per-node K: consecutive ranks share a node, K per node)
-  p2p           the wire, in the same run: each rank swaps a message of the
-                size with its partner on the next node (ncclSend and
+  p2p           point-to-point, in the same run: each rank swaps a message
+                of the size with its partner on the next node (ncclSend and
                 ncclRecv in one group of libmojoccl, no torch in between);
                 "busbw" is the bytes one way per second, both ways busy
+  wire          the provider's own point-to-point, in the same run: the
+                same swap as one message each way posted straight on the
+                fabric endpoint (mojocclWireSwap: no header, no copy)
   gloo          dist.<collective> on a gloo group over the same ranks
   mojoccl       libmojoccl's NCCL API called directly (the library alone)
   mojoccl+pool  the same, on ncclMemAlloc buffers
@@ -254,6 +257,18 @@ class PointToPointRunner(LibraryRunner):
         return recv
 
 
+class WireRunner(PointToPointRunner):
+    """The swap of PointToPointRunner straight on the fabric endpoint."""
+
+    def __init__(self, world, rank, gloo_group, ranks_per_node):
+        super().__init__(world, rank, gloo_group, ranks_per_node)
+        self.name = "wire"
+
+    def run(self, collective, send, recv):
+        self.library.wire_send_recv(self.comm, send, self.partner, recv, self.back)
+        return recv
+
+
 class MpiRunner(Runner):
     name = "mpi"
 
@@ -446,7 +461,7 @@ def write_outputs(rows, prefix, world):
 
 
 def print_table(collective, sizes, results, backends, world):
-    baselines = [name for name in ("gloo", "mpi", "p2p") if name in backends]
+    baselines = [name for name in ("gloo", "mpi", "p2p", "wire") if name in backends]
     header = f"{'size':>9} {'count':>10} {'type':>7} {'redop':>5}"
     for name in backends:
         header += f" | {name:>8}: {'time(us)':>9} {'busbw':>7} {'#wrong':>6}"
@@ -475,7 +490,7 @@ def main(argv=None):
     parser.add_argument("--collectives", default=",".join(COLLECTIVES))
     parser.add_argument("--sizes", default=DEFAULT_SIZES, help="bytes; K/M/G suffixes allowed")
     parser.add_argument("--backends", default="mojo,mojo+pool,gloo,mojoccl,mojoccl+pool,mpi",
-                        help="any of mojo, mojo+pool, mojo+fabric, gloo, mojoccl, mojoccl+pool, mpi (mpi only "
+                        help="any of mojo, mojo+pool, mojo+fabric, p2p, wire, gloo, mojoccl, mojoccl+pool, mpi (mpi only "
                         "under MPI)")
     parser.add_argument("--ranks-per-node", type=int, default=1,
                         help="mojo+fabric and p2p: consecutive ranks that share a node")
@@ -538,7 +553,7 @@ def main(argv=None):
         return
 
     wanted = args.backends.split(",")
-    if world % args.ranks_per_node or (world == args.ranks_per_node and {"mojo+fabric", "p2p"} & set(wanted)):
+    if world % args.ranks_per_node or (world == args.ranks_per_node and {"mojo+fabric", "p2p", "wire"} & set(wanted)):
         raise SystemExit(f"torch-mojo bench: --ranks-per-node {args.ranks_per_node} must divide the {world} ranks "
                          "into at least 2 nodes")
     runners = []
@@ -551,6 +566,8 @@ def main(argv=None):
             runners.append(TorchRunner(world, rank, "mojo+fabric", _group_across_nodes(rank // args.ranks_per_node)))
         elif name == "p2p":
             runners.append(PointToPointRunner(world, rank, gloo, args.ranks_per_node))
+        elif name == "wire":
+            runners.append(WireRunner(world, rank, gloo, args.ranks_per_node))
         elif name == "gloo":
             runners.append(TorchRunner(world, rank, "gloo", gloo))
         elif name == "mojoccl":
@@ -573,7 +590,7 @@ def main(argv=None):
                 seconds = over_ranks(seconds, gloo, world)
                 wrong = over_ranks(wrong, gloo, world)
                 algbw = count * 4 / seconds / 1e9
-                busbw = algbw * (1.0 if runner.name == "p2p" else BUS_FACTOR[collective](world))
+                busbw = algbw * (1.0 if runner.name in ("p2p", "wire") else BUS_FACTOR[collective](world))
                 results[(runner.name, size)] = (seconds, busbw, wrong)
                 rows.append({"collective": collective, "size_bytes": size, "count": count, "type": "float32",
                              "backend": runner.name, "ranks": world, "time_us": round(seconds * 1e6, 2),

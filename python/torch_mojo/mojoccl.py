@@ -65,6 +65,7 @@ class Library:
         lib.ncclMemFree.argtypes = [pointer]
         lib.ncclSend.argtypes = [pointer, size, code, code, comm, pointer]
         lib.ncclRecv.argtypes = [pointer, size, code, code, comm, pointer]
+        lib.mojocclWireSendRecv.argtypes = [pointer, code, pointer, code, size, comm]
         lib.mojocclPredictAllReduce.argtypes = [code, size, ctypes.c_char_p, ctypes.c_char_p, size,
                                                 ctypes.POINTER(ctypes.c_double)]
 
@@ -131,6 +132,13 @@ class Library:
 
     def recv(self, comm, buffer, peer):
         self.check(self.lib.ncclRecv(_address(buffer), _count(buffer), datatype_of(buffer), peer, comm, None))
+
+    def wire_send_recv(self, comm, send, to, recv, source):
+        """`send` to rank `to` and as many bytes from rank `source` into
+        `recv` (both on other nodes), straight on the fabric endpoint: the
+        provider's own point-to-point."""
+        nbytes = send.numel() * send.element_size()
+        self.check(self.lib.mojocclWireSendRecv(_address(send), to, _address(recv), source, nbytes, comm))
 
     def all_to_all(self, comm, send, recv, nranks):
         """Equal parts, as a group of sends and receives (NCCL has no all-to-all call)."""

@@ -130,6 +130,17 @@ ncclResult_t mojocclDescribeFabric(int localRank, char* text, size_t size);
 ncclResult_t mojocclRecvAny(void* recvbuff, size_t count, ncclDataType_t datatype, int* peer,
                             ncclComm_t comm, ncclStream_t stream);
 
+/* libmojoccl's own, for benchmarks: the provider's own point-to-point.
+ * Sends `bytes` from sendbuff to rank `to` and receives as many from rank
+ * `from` into recvbuff (both on other nodes), posted directly on the fabric
+ * endpoint: one message each way (pieces of 16 MiB past that), no header,
+ * no copy, no agreement on the call, so every pair of ranks must pass the
+ * same size. Host memory, outside a group; a rank on this node, or a
+ * communicator within one node: ncclInvalidUsage. What `torch-mojo bench`
+ * reports as its `wire` column. */
+ncclResult_t mojocclWireSendRecv(const void* sendbuff, int to, void* recvbuff, int from, size_t bytes,
+                                 ncclComm_t comm);
+
 /* libmojoccl's own: the ranks of `comm` known to have ended without leaving
  * it (killed, crashed, their node lost), ascending, in ranks[0..*count); a
  * rank that destroyed or aborted its communicator is not among them.
