@@ -36,6 +36,23 @@ std::vector<Segment> segmentsOf(Slice slice, size_t elementSize) {
 
 size_t bytesOf(Slice slice, size_t elementSize) { return (slice.end - slice.begin) * elementSize; }
 
+// The reduction of a segment goes in blocks of about this much, the
+// transport polled between them: messages in flight keep moving meanwhile.
+constexpr size_t kReduceBlockBytes = size_t{128} << 10;
+
+// dst = op(first, second) over `slice` (first, second and dst at its start),
+// polling the group's transport between blocks.
+void reduceWhilePolling(const NetworkGroup& group, void* dst, const void* first, const void* second, Slice slice,
+                        ncclDataType_t datatype, ncclRedOp_t op) {
+  const size_t size = datatypeSize(datatype);
+  const size_t perBlock = std::max<size_t>(1, kReduceBlockBytes / size);
+  forEachChunk(slice.end - slice.begin, perBlock, [&](size_t offset, size_t count) {
+    if (offset > 0) group.fabric.poll(group.what);
+    const void* sources[2] = {bytesAt(first, offset, size), bytesAt(second, offset, size)};
+    reduce(bytesAt(dst, offset, size), sources, 2, count, datatype, op, 1);
+  });
+}
+
 }  // namespace
 
 void networkReduceScatter(const NetworkGroup& group, void* data, const std::vector<Slice>& slices, int shift,
@@ -71,9 +88,8 @@ void networkReduceScatter(const NetworkGroup& group, void* data, const std::vect
     const char* from = incoming[step % 2].data();
     for (const Segment& segment : arriving) {
       fabric.waitFor(segment.arrival, group.what);
-      const void* sources[2] = {bytesAt(data, segment.slice.begin, size), from + (segment.slice.begin - in.begin) * size};
-      reduce(bytesAt(data, segment.slice.begin, size), sources, 2, segment.slice.end - segment.slice.begin, datatype,
-             op, 1);
+      reduceWhilePolling(group, bytesAt(data, segment.slice.begin, size), bytesAt(data, segment.slice.begin, size),
+                         from + (segment.slice.begin - in.begin) * size, segment.slice, datatype, op);
       // A folded segment is what the next step sends on; after the last
       // step it is whole, and the caller's.
       if (step + 1 < n - 1)
@@ -159,8 +175,8 @@ void networkAllReduceRecursiveDoubling(const NetworkGroup& group, void* data, si
       if (exchange) fabric.waitFor(departures[i], group.what);
       const void* ours = bytesAt(data, slice.begin, size);
       const void* theirs = bytesAt(incoming.data(), slice.begin, size);
-      const void* sources[2] = {self < partner ? ours : theirs, self < partner ? theirs : ours};
-      reduce(bytesAt(data, slice.begin, size), sources, 2, slice.end - slice.begin, datatype, op, 1);
+      reduceWhilePolling(group, bytesAt(data, slice.begin, size), self < partner ? ours : theirs,
+                         self < partner ? theirs : ours, slice, datatype, op);
     }
   };
   const bool foldsIn = self + powerOfTwo < n;

@@ -376,6 +376,16 @@ void FabricTransport::waitFor(Ticket ticket, const std::string& what) {
   }, what);
 }
 
+void FabricTransport::poll(const std::string& what) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  try {
+    progress(what);
+  } catch (const Error&) {
+    cancelPending();
+    throw;
+  }
+}
+
 void FabricTransport::waitUntil(const std::function<bool()>& done, const std::string& what) {
   waiting_ = true;
   try {

@@ -79,6 +79,10 @@ class FabricTransport {
   // Progresses them until the message of `ticket` is complete: what a
   // pipelined algorithm waits for before it uses that piece.
   void waitFor(Ticket ticket, const std::string& what);
+  // Reads the completions there are, without waiting: what a rank busy
+  // with something else (a reduction) calls now and then, since some
+  // providers (tcp) move data only while their completion queue is read.
+  void poll(const std::string& what);
 
   // Called about every millisecond while a wait makes no progress, with the
   // ranks it waits on and how long it has gone without a completion; throws
