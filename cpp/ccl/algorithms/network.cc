@@ -189,13 +189,34 @@ void networkAllReduceRecursiveDoubling(const NetworkGroup& group, void* data, si
 }
 
 void networkBroadcast(const NetworkGroup& group, void* data, size_t bytes, int root) {
-  if (group.self == root) {
-    for (int member = 0; member < group.size(); ++member)
-      if (member != root) group.fabric.postSend(group.ranks[member], data, bytes);
-  } else {
-    group.fabric.postRecv(group.ranks[root], data, bytes);
+  const int n = group.size();
+  if (n == 1) return;
+  FabricTransport& fabric = group.fabric;
+  // In members numbered from the root, member r gets the data from r less
+  // its highest bit and passes it to r + 2^k for each 2^k below that bit,
+  // the largest subtree first: log2(n) rounds, the root sending log2(n)
+  // copies rather than n - 1.
+  const int relative = (group.self - root + n) % n;
+  auto member = [&](int r) { return group.ranks[(r + root) % n]; };
+  int mask = 1;
+  while (mask < n && !(relative & mask)) mask <<= 1;
+  const bool isRoot = relative == 0;
+  std::vector<int> children;
+  for (int below = mask >> 1; below > 0; below >>= 1)
+    if (relative + below < n) children.push_back(member(relative + below));
+  // Segment by segment, each passed on as it lands.
+  std::vector<std::pair<char*, size_t>> segments;
+  forEachChunk(bytes, kSegmentBytes, [&](size_t offset, size_t length) {
+    segments.push_back({static_cast<char*>(data) + offset, length});
+  });
+  std::vector<FabricTransport::Ticket> arrivals;
+  if (!isRoot)
+    for (const auto& [at, length] : segments) arrivals.push_back(fabric.postRecv(member(relative - mask), at, length));
+  for (size_t i = 0; i < segments.size(); ++i) {
+    if (!isRoot) fabric.waitFor(arrivals[i], group.what);
+    for (int child : children) fabric.postSend(child, segments[i].first, segments[i].second);
   }
-  group.fabric.waitAll(group.what);
+  fabric.waitAll(group.what);
 }
 
 void networkAllGather(const NetworkGroup& group, const std::vector<char*>& blocks,

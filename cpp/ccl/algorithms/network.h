@@ -46,7 +46,8 @@ void networkAllReduceRecursiveDoubling(const NetworkGroup& group, void* data, si
 void networkReduceScatter(const NetworkGroup& group, void* data, const std::vector<Slice>& slices, int shift,
                           ncclDataType_t datatype, ncclRedOp_t op, const std::function<void(Slice)>& whole);
 
-// `bytes` from group member `root` to every other member, in place.
+// `bytes` from group member `root` to every other member, in place, down a
+// binomial tree (log2(size) rounds), pipelined in segments.
 void networkBroadcast(const NetworkGroup& group, void* data, size_t bytes, int root);
 
 // Every member's block (of its own size) to every member: blocks[i] holds
