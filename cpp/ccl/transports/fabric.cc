@@ -420,12 +420,18 @@ void FabricTransport::waitUntil(const std::function<bool()>& done, const std::st
 }
 
 // While buffered sends are in flight and no caller progresses the endpoint,
-// this thread does, briefly yielding the mutex between polls.
+// this thread does, releasing the mutex between polls. A peer reading a
+// large send (a rendezvous) gets its data only while this side polls, so it
+// polls back to back (yielding its core) until kPollBeforeSleeping passes
+// without a completion, then every 100 us.
 void FabricTransport::progressBufferedSends() {
   std::unique_lock<std::mutex> lock(mutex_);
+  auto lastProgress = std::chrono::steady_clock::now();
+  uint64_t seen = completed_;
   while (!stopping_) {
     if (buffered_ == 0 || waiting_ || !failure_.empty()) {
       bufferedPosted_.wait(lock);
+      lastProgress = std::chrono::steady_clock::now();
       continue;
     }
     try {
@@ -434,8 +440,13 @@ void FabricTransport::progressBufferedSends() {
       failure_ = error.what();
       continue;
     }
+    const auto now = std::chrono::steady_clock::now();
+    if (completed_ != seen) seen = completed_, lastProgress = now;
     lock.unlock();
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    if (now - lastProgress < kPollBeforeSleeping)
+      sched_yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
     lock.lock();
   }
 }
