@@ -33,7 +33,7 @@ same machine:
                 "busbw" is the bytes one way per second, both ways busy
   wire          the provider's own point-to-point, in the same run: the
                 same swap as one message each way posted straight on the
-                fabric endpoint (mojocclWireSwap: no header, no copy)
+                fabric endpoint (mojocclWireSendRecv: no header, no copy)
   gloo          dist.<collective> on a gloo group over the same ranks
   mojoccl       libmojoccl's NCCL API called directly (the library alone)
   mojoccl+pool  the same, on ncclMemAlloc buffers
