@@ -525,8 +525,15 @@ void FabricTransport::complete(Request& request, size_t length, const std::strin
 }
 
 void FabricTransport::failRequest(const fi_cq_err_entry& error, const std::string& what) {
-  // A rank known to have died explains a broken connection better.
-  if (checkPeers_) checkPeers_({}, {});
+  // A rank known to have died explains a broken connection better, and the
+  // news of a death on another node may come moments after the provider
+  // sees its connection break (or cancels what was in flight on it).
+  const auto deadline = std::chrono::steady_clock::now() + kDeathNewsGrace;
+  while (checkPeers_) {
+    checkPeers_({}, {});
+    if (std::chrono::steady_clock::now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   auto* request = reinterpret_cast<Request*>(error.op_context);
   std::string peer = request ? "rank " + std::to_string(request->peer) + " (" +
                                    ranks_[request->peer].hostname + ")"

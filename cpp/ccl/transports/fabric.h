@@ -177,6 +177,9 @@ class FabricTransport {
   // gives it a wait object.
   static constexpr auto kPollBeforeSleeping = std::chrono::milliseconds(1);
   static constexpr int kSleepMilliseconds = 1;
+  // How long a failed message waits for the peer watch's news of a death
+  // before it reports the provider's own error.
+  static constexpr auto kDeathNewsGrace = std::chrono::milliseconds(200);
   bool canSleep_ = false;
 
   // Buffered sends' copies once their sends complete, for the next ones:
