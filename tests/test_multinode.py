@@ -120,7 +120,7 @@ def test_trace_names_each_ranks_node_and_provider():
          "staging buffer that ordinary memory goes through: unset MOJOCCL_REGION_MB (256 MiB) or set it"),
         ({**FABRIC, "MOJOCCL_NET_ALGO": "ring,tree"},
          "MOJOCCL_NET_ALGO=ring,tree is not valid: expected auto, or a comma-separated list of ring, "
-         "recursive_doubling"),
+         "recursive_doubling, rabenseifner"),
     ],
     ids=["default provider absent", "unknown provider", "unknown domain", "unknown domain in a list", "bad rails",
          "no libfabric", "verbs", "bad timeout",
@@ -173,11 +173,16 @@ def _tcp_domains():
     return failure.split("its domains here: ")[1].split(", ")
 
 
-def test_recursive_doubling_between_three_nodes():
-    # Forced for every size past the one-message frames: the third node
-    # folds into the first and gets the result back; nodes of 2 ranks too.
-    env = {**FABRIC, "MOJOCCL_NET_ALGO": "recursive_doubling"}
-    results = run_worker("collectives", 5, "--quick", env=env, rank_env=on_nodes("a", "a", "b", "b", "c"), timeout=300)
+@pytest.mark.parametrize("algorithm, hosts", [
+    ("recursive_doubling", ("a", "a", "b", "b", "c")),
+    ("rabenseifner", ("a", "b", "c", "d", "e")),
+], ids=["recursive doubling, 3 nodes", "rabenseifner, 5 nodes"])
+def test_an_algorithm_forced_where_the_node_count_is_not_a_power_of_two(algorithm, hosts):
+    # Forced for every size past the one-message frames: the nodes past the
+    # largest power of two fold into a partner and get the result back;
+    # Rabenseifner's halving and doubling take two steps each among 4.
+    env = {**FABRIC, "MOJOCCL_NET_ALGO": algorithm}
+    results = run_worker("collectives", len(hosts), "--quick", env=env, rank_env=on_nodes(*hosts), timeout=300)
     for result in results:
         assert "checked" in result.stdout
 

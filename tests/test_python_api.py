@@ -74,7 +74,7 @@ def test_unknown_variables_are_warned_about_with_the_closest_name():
         ("MOJOCCL_ALGO", "ring2", "expected one of auto, one_shot, two_shot"),
         ("MOJOCCL_NET_ALGO", "ring,tree",
          "MOJOCCL_NET_ALGO=ring,tree is not valid: expected auto, or a comma-separated list of ring, "
-         "recursive_doubling"),
+         "recursive_doubling, rabenseifner"),
     ],
 )
 def test_bad_values_raise_naming_the_variable(name, value, message):
@@ -83,7 +83,7 @@ def test_bad_values_raise_naming_the_variable(name, value, message):
 
 
 def test_a_list_variable_takes_any_list_of_its_items():
-    for value in ("auto", "ring", "recursive_doubling,ring"):
+    for value in ("auto", "ring", "recursive_doubling,ring", "rabenseifner"):
         assert env.check_environment({"MOJOCCL_NET_ALGO": value}) == []
 
 

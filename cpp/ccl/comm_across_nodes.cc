@@ -253,11 +253,13 @@ void Comm::allReduceAcrossNodes(const Call& call, void* result) {
 
 void Comm::allReduceBetweenNodes(const NetworkGroup& group, void* data, size_t count, const Call& call) {
   const ncclRedOp_t op = call.op == ncclAvg ? ncclSum : call.op;
-  if (networkAlgorithms_.allReduce(group.size(), count * datatypeSize(call.datatype)) ==
-      NetworkAllReduce::RecursiveDoubling)
-    networkAllReduceRecursiveDoubling(group, data, count, call.datatype, op);
-  else
-    networkAllReduce(group, data, count, call.datatype, op);
+  switch (networkAlgorithms_.allReduce(group.size(), count * datatypeSize(call.datatype))) {
+    case NetworkAllReduce::Ring: networkAllReduce(group, data, count, call.datatype, op); break;
+    case NetworkAllReduce::RecursiveDoubling:
+      networkAllReduceRecursiveDoubling(group, data, count, call.datatype, op);
+      break;
+    case NetworkAllReduce::Rabenseifner: networkAllReduceRabenseifner(group, data, count, call.datatype, op); break;
+  }
   if (call.op == ncclAvg) {
     const void* sum[1] = {data};
     mojoccl::reduce(data, sum, 1, count, call.datatype, ncclAvg, size_);

@@ -604,7 +604,7 @@ def main(argv=None):
 
 
 MODEL_NODES = [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
-NETWORK_ALGORITHMS = ["ring", "recursive_doubling"]
+NETWORK_ALGORITHMS = ["ring", "recursive_doubling", "rabenseifner"]
 FRAME_BYTES = 64 << 10  # up to this, an all-reduce between nodes is one exchange of frames, outside the model
 
 
@@ -628,15 +628,16 @@ def print_model(sizes: list[int], measured_paths: str, output: str):
     chosen_times = {}
     print("# all_reduce between nodes (one leader each): the cost model's time in us per algorithm, its choice "
           "(MOJOCCL_NET_ALGO), and what mojo+fabric measured")
-    print(f"{'nodes':>6} {'size':>6} {'ring':>10} {'rec.doubl.':>10}  {'chosen':<19} {'measured':>9}")
+    print(f"{'nodes':>6} {'size':>6} {'ring':>10} {'rec.doubl.':>10} {'rabenseif.':>10}  {'chosen':<19} "
+          f"{'measured':>9}")
     for nodes in MODEL_NODES:
         for size in sizes:
             predicted = [library.predict_all_reduce(nodes, size, name)[1] * 1e6 for name in NETWORK_ALGORITHMS]
             chosen = library.predict_all_reduce(nodes, size)[0]
             seen = measured.get((nodes, size))
             chosen_times[(nodes, size)] = predicted[NETWORK_ALGORITHMS.index(chosen)]
-            print(f"{nodes:>6} {human(size):>6} {predicted[0]:>10.0f} {predicted[1]:>10.0f}  {chosen:<19} "
-                  f"{f'{seen:.0f}' if seen is not None else '':>9}")
+            columns = "".join(f"{time:>10.0f} " for time in predicted)
+            print(f"{nodes:>6} {human(size):>6} {columns} {chosen:<19} {f'{seen:.0f}' if seen is not None else '':>9}")
     plot_model(sizes, chosen_times, measured, output + "-model.png")
 
 

@@ -180,11 +180,13 @@ VARIABLES: tuple[Variable, ...] = (
         "MOJOCCL_NET_ALGO",
         "auto",
         "all-reduce algorithms between nodes, for calls past 64 KiB: `ring` (reduce-scatter and "
-        "all-gather round the nodes, pipelined) and `recursive_doubling` (log2 of the node count "
-        "exchanges of the whole buffer); `auto` lets a cost model choose per call among both, a "
-        "list among those it names. Must be the same on every rank",
+        "all-gather round the nodes, pipelined), `recursive_doubling` (log2 of the node count "
+        "exchanges of the whole buffer) and `rabenseifner` (reduce-scatter by recursive halving, "
+        "all-gather by recursive doubling: the ring's bytes in 2 log2 of the node count steps); "
+        "`auto` lets a cost model choose per call among all three, a list among those it names. "
+        "Must be the same on every rank",
         choices=("auto",),
-        listed=("ring", "recursive_doubling"),
+        listed=("ring", "recursive_doubling", "rabenseifner"),
     ),
     Variable(
         "MOJOCCL_NET_RAILS",

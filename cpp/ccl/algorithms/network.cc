@@ -134,58 +134,126 @@ void networkAllReduce(const NetworkGroup& group, void* data, size_t count, ncclD
   fabric.waitAll(group.what);
 }
 
-void networkAllReduceRecursiveDoubling(const NetworkGroup& group, void* data, size_t count,
-                                       ncclDataType_t datatype, ncclRedOp_t op) {
-  const int n = group.size();
-  if (n == 1) return;
-  FabricTransport& fabric = group.fabric;
+namespace {
+
+// `slice` of `buffer` to or from group member `member`, in segments (the
+// same on both sides, so each receive matches its send): their tickets.
+std::vector<FabricTransport::Ticket> postSegments(const NetworkGroup& group, bool isSend, int member, void* buffer,
+                                                  Slice slice, size_t elementSize) {
+  std::vector<FabricTransport::Ticket> tickets;
+  for (const Segment& segment : segmentsOf(slice, elementSize)) {
+    char* at = bytesAt(buffer, segment.slice.begin, elementSize);
+    const size_t bytes = bytesOf(segment.slice, elementSize);
+    tickets.push_back(isSend ? group.fabric.postSend(group.ranks[member], at, bytes)
+                             : group.fabric.postRecv(group.ranks[member], at, bytes));
+  }
+  return tickets;
+}
+
+// Folds member `partner`'s `slice` into ours (`incoming` the same shape as
+// `data`), the lower member's operand first, segment by segment as each
+// lands; where `sendOurs` is set, that slice of ours goes to the partner
+// too (a swap), and a segment is overwritten only once it has left.
+void combineSlice(const NetworkGroup& group, int partner, void* data, void* incoming, Slice slice,
+                  bool sendOurs, ncclDataType_t datatype, ncclRedOp_t op) {
   const size_t size = datatypeSize(datatype);
-  // Every message travels in the same segments, each receive matching its send.
-  const std::vector<Segment> segments = segmentsOf({0, count}, size);
-  auto post = [&](bool isSend, int member, void* buffer) {
-    std::vector<FabricTransport::Ticket> tickets;
-    for (const Segment& segment : segments) {
-      char* at = bytesAt(buffer, segment.slice.begin, size);
-      const size_t bytes = bytesOf(segment.slice, size);
-      tickets.push_back(isSend ? fabric.postSend(group.ranks[member], at, bytes)
-                               : fabric.postRecv(group.ranks[member], at, bytes));
-    }
-    return tickets;
-  };
+  const auto arrivals = postSegments(group, false, partner, incoming, slice, size);
+  const auto departures = sendOurs ? postSegments(group, true, partner, data, slice, size)
+                                   : std::vector<FabricTransport::Ticket>{};
+  const std::vector<Segment> segments = segmentsOf(slice, size);
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const Slice piece = segments[i].slice;
+    group.fabric.waitFor(arrivals[i], group.what);
+    if (sendOurs) group.fabric.waitFor(departures[i], group.what);
+    const void* ours = bytesAt(data, piece.begin, size);
+    const void* theirs = bytesAt(incoming, piece.begin, size);
+    const bool oursFirst = group.self < partner;
+    reduceWhilePolling(group, bytesAt(data, piece.begin, size), oursFirst ? ours : theirs,
+                       oursFirst ? theirs : ours, piece, datatype, op);
+  }
+}
+
+int largestPowerOfTwoUpTo(int n) {
   int powerOfTwo = 1;
   while (powerOfTwo * 2 <= n) powerOfTwo *= 2;
+  return powerOfTwo;
+}
+
+// Runs `core` (an all-reduce among the group's first p members, p the
+// largest power of two up to its size) so that every member ends with the
+// result: member p + i first folds its data into member i, and gets the
+// result back from it at the end (two steps more where the size is not a
+// power of two).
+template <typename Core>
+void withExtraMembersFolded(const NetworkGroup& group, void* data, size_t count, ncclDataType_t datatype,
+                            ncclRedOp_t op, std::vector<char>& incoming, Core core) {
+  const size_t size = datatypeSize(datatype);
+  const int powerOfTwo = largestPowerOfTwoUpTo(group.size());
   const int self = group.self;
-  if (self >= powerOfTwo) {  // folded into member self - powerOfTwo, which hands back the result
-    post(true, self - powerOfTwo, data);
-    fabric.waitAll(group.what);
-    post(false, self - powerOfTwo, data);
-    fabric.waitAll(group.what);
+  const Slice whole{0, count};
+  if (self >= powerOfTwo) {
+    postSegments(group, true, self - powerOfTwo, data, whole, size);
+    group.fabric.waitAll(group.what);
+    postSegments(group, false, self - powerOfTwo, data, whole, size);
+    group.fabric.waitAll(group.what);
     return;
   }
-  std::vector<char> incoming(count * size);
-  // Combines member `partner`'s data into ours, the lower member's operand
-  // first, segment by segment as each lands (and, where ours goes to it
-  // too, once that segment of ours has left).
-  auto combineWith = [&](int partner, bool exchange) {
-    const auto arrivals = post(false, partner, incoming.data());
-    const auto departures = exchange ? post(true, partner, data) : std::vector<FabricTransport::Ticket>{};
-    for (size_t i = 0; i < segments.size(); ++i) {
-      const Slice slice = segments[i].slice;
-      fabric.waitFor(arrivals[i], group.what);
-      if (exchange) fabric.waitFor(departures[i], group.what);
-      const void* ours = bytesAt(data, slice.begin, size);
-      const void* theirs = bytesAt(incoming.data(), slice.begin, size);
-      reduceWhilePolling(group, bytesAt(data, slice.begin, size), self < partner ? ours : theirs,
-                         self < partner ? theirs : ours, slice, datatype, op);
-    }
-  };
-  const bool foldsIn = self + powerOfTwo < n;
-  if (foldsIn) combineWith(self + powerOfTwo, false);
-  for (int distance = 1; distance < powerOfTwo; distance *= 2) combineWith(self ^ distance, true);
+  incoming.resize(count * size);
+  const bool foldsIn = self + powerOfTwo < group.size();
+  if (foldsIn) combineSlice(group, self + powerOfTwo, data, incoming.data(), whole, false, datatype, op);
+  core(powerOfTwo);
   if (foldsIn) {
-    post(true, self + powerOfTwo, data);
-    fabric.waitAll(group.what);
+    postSegments(group, true, self + powerOfTwo, data, whole, size);
+    group.fabric.waitAll(group.what);
   }
+}
+
+}  // namespace
+
+void networkAllReduceRecursiveDoubling(const NetworkGroup& group, void* data, size_t count,
+                                       ncclDataType_t datatype, ncclRedOp_t op) {
+  if (group.size() == 1) return;
+  std::vector<char> incoming;
+  withExtraMembersFolded(group, data, count, datatype, op, incoming, [&](int powerOfTwo) {
+    for (int distance = 1; distance < powerOfTwo; distance *= 2)
+      combineSlice(group, group.self ^ distance, data, incoming.data(), {0, count}, true, datatype, op);
+  });
+}
+
+void networkAllReduceRabenseifner(const NetworkGroup& group, void* data, size_t count, ncclDataType_t datatype,
+                                  ncclRedOp_t op) {
+  if (group.size() == 1) return;
+  const size_t size = datatypeSize(datatype);
+  std::vector<char> incoming;
+  withExtraMembersFolded(group, data, count, datatype, op, incoming, [&](int powerOfTwo) {
+    const int self = group.self;
+    // Member i ends the halving with part i whole; [first, last) are the
+    // parts a member still holds a share of.
+    auto parts = [&](int first, int last) {
+      return Slice{sliceOf(count, powerOfTwo, first, size).begin, sliceOf(count, powerOfTwo, last - 1, size).end};
+    };
+    int first = 0, last = powerOfTwo;
+    for (int distance = powerOfTwo / 2; distance >= 1; distance /= 2) {
+      const int middle = (first + last) / 2;
+      const bool upper = self & distance;
+      const Slice kept = upper ? parts(middle, last) : parts(first, middle);
+      const Slice given = upper ? parts(first, middle) : parts(middle, last);
+      postSegments(group, true, self ^ distance, data, given, size);
+      combineSlice(group, self ^ distance, data, incoming.data(), kept, false, datatype, op);
+      group.fabric.waitAll(group.what);  // the given half is written again in the gathering
+      if (upper) first = middle; else last = middle;
+    }
+    // Recursive doubling of the whole parts: each swap doubles what a member holds.
+    for (int distance = 1; distance < powerOfTwo; distance *= 2) {
+      const int held = last - first;
+      const bool upper = self & distance;
+      const Slice theirs = upper ? parts(first - held, first) : parts(last, last + held);
+      postSegments(group, false, self ^ distance, data, theirs, size);
+      postSegments(group, true, self ^ distance, data, parts(first, last), size);
+      group.fabric.waitAll(group.what);
+      if (upper) first -= held; else last += held;
+    }
+  });
 }
 
 void networkBroadcast(const NetworkGroup& group, void* data, size_t bytes, int root) {

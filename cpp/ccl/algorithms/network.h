@@ -38,6 +38,16 @@ void networkAllReduce(const NetworkGroup& group, void* data, size_t count, ncclD
 void networkAllReduceRecursiveDoubling(const NetworkGroup& group, void* data, size_t count,
                                        ncclDataType_t datatype, ncclRedOp_t op);
 
+// Rabenseifner's all-reduce in place: a reduce-scatter by recursive halving
+// (log2(size) swaps of half, a quarter, ... of the buffer, each member
+// reducing the half it keeps), then an all-gather by recursive doubling
+// of the whole parts. The ring's bytes in log2(size) steps each way; each
+// part is reduced by one member, so every member ends with the same bits.
+// Members past the largest power of two fold in first, as in recursive
+// doubling.
+void networkAllReduceRabenseifner(const NetworkGroup& group, void* data, size_t count, ncclDataType_t datatype,
+                                  ncclRedOp_t op);
+
 // Reduce-scatter round the ring, in place, pipelined in segments: member m
 // ends with slices[(m + shift) % size] reduced over every member (of the
 // others, what was there is overwritten with partial sums). `whole(piece)`

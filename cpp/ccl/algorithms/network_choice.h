@@ -8,6 +8,9 @@
 //   ring                 2(n-1) steps, 2(n-1)/n x bytes sent, (n-1)/n x bytes reduced
 //   recursive doubling   log2(p) steps (+2 where n is not a power of two p),
 //                        as many times the whole buffer sent and reduced
+//   rabenseifner         2 log2(p) steps (+2), 2(p-1)/p x bytes sent and
+//                        (p-1)/p x reduced (+ the whole buffer twice sent,
+//                        once reduced, where n is not a power of two)
 // Its constants were measured on the tcp provider (docs/performance.md,
 // "Choosing the algorithm between nodes").
 #pragma once
@@ -18,7 +21,7 @@
 
 namespace mojoccl {
 
-enum class NetworkAllReduce { Ring, RecursiveDoubling };
+enum class NetworkAllReduce { Ring, RecursiveDoubling, Rabenseifner };
 
 struct NetworkCostModel {
   double stepSeconds = 50e-6;           // one exchange between leaders, software included
@@ -31,7 +34,7 @@ struct NetworkCostModel {
   double seconds(NetworkAllReduce algorithm, int nodes, size_t bytes) const;
 };
 
-// "ring" / "recursive_doubling", as MOJOCCL_NET_ALGO spells them.
+// "ring" / "recursive_doubling" / "rabenseifner", as MOJOCCL_NET_ALGO spells them.
 std::string nameOf(NetworkAllReduce algorithm);
 // The algorithm of that name; an unknown name fails, naming the known ones
 // (`setting`: the text it came from, for the message).
@@ -44,7 +47,8 @@ class NetworkAlgorithms {
   static NetworkAlgorithms fromEnv();
   // MOJOCCL_NET_ALGO as set, "auto" where unset or empty: what every rank must share.
   static std::string setting();
-  // Among the allowed ones, the fastest by the model.
+  // Among the allowed ones, the fastest by the model (on a tie, the first
+  // of ring, recursive doubling, rabenseifner).
   NetworkAllReduce allReduce(int nodes, size_t bytes) const;
   const NetworkCostModel& model() const { return model_; }
 
