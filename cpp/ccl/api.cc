@@ -219,7 +219,7 @@ MOJOCCL_API ncclResult_t mojocclPredictAllReduce(int nodes, size_t bytes, const 
     if (nodes < 1 || chosen == nullptr || size == 0 || seconds == nullptr)
       mojoccl::fail(ncclInvalidArgument, "mojocclPredictAllReduce: nodes < 1, or no room for the answer");
     const auto algorithms = mojoccl::NetworkAlgorithms::fromEnv();
-    const auto which = algorithm ? mojoccl::networkAllReduceNamed(algorithm, algorithm)
+    const auto which = algorithm ? mojoccl::networkAlgorithmNamed(algorithm, algorithm)
                                  : algorithms.allReduce(nodes, bytes);
     snprintf(chosen, size, "%s", mojoccl::nameOf(which).c_str());
     *seconds = algorithms.model().seconds(which, nodes, bytes);

@@ -254,11 +254,11 @@ void Comm::allReduceAcrossNodes(const Call& call, void* result) {
 void Comm::allReduceBetweenNodes(const NetworkGroup& group, void* data, size_t count, const Call& call) {
   const ncclRedOp_t op = call.op == ncclAvg ? ncclSum : call.op;
   switch (networkAlgorithms_.allReduce(group.size(), count * datatypeSize(call.datatype))) {
-    case NetworkAllReduce::Ring: networkAllReduce(group, data, count, call.datatype, op); break;
-    case NetworkAllReduce::RecursiveDoubling:
+    case NetworkAlgorithm::Ring: networkAllReduce(group, data, count, call.datatype, op); break;
+    case NetworkAlgorithm::RecursiveDoubling:
       networkAllReduceRecursiveDoubling(group, data, count, call.datatype, op);
       break;
-    case NetworkAllReduce::Rabenseifner: networkAllReduceRabenseifner(group, data, count, call.datatype, op); break;
+    case NetworkAlgorithm::Rabenseifner: networkAllReduceRabenseifner(group, data, count, call.datatype, op); break;
   }
   if (call.op == ncclAvg) {
     const void* sum[1] = {data};
@@ -370,8 +370,8 @@ bool Comm::nodesAreRankRanges() const {
   return true;
 }
 
-// The leaders reduce-scatter the node sums round the ring, each ending with
-// its node's blocks: half the traffic of the whole all-reduce. Then each
+// The leaders reduce-scatter the node sums (round the ring, or by recursive
+// halving where the cost model says), each ending with its node's blocks: half the traffic of the whole all-reduce. Then each
 // leader hands its node those blocks.
 void Comm::reduceScatterByNodes(const Call& call) {
   const size_t size = datatypeSize(call.datatype);
@@ -388,7 +388,11 @@ void Comm::reduceScatterByNodes(const Call& call) {
   for (const auto& node : nodes_) byNode.push_back({node.front() * call.count, (node.back() + 1) * call.count});
   const Slice ours = byNode[node_];
   if (isLeader()) {
-    networkReduceScatter(leaders(call), result, byNode, 0, call.datatype, op, nullptr);
+    const NetworkGroup group = leaders(call);
+    if (networkAlgorithms_.reduceScatter(group.size(), call.count * size_ * size) == NetworkAlgorithm::Ring)
+      networkReduceScatter(group, result, byNode, 0, call.datatype, op, nullptr);
+    else
+      networkReduceScatterHalving(group, result, byNode, call.datatype, op);
     if (call.op == ncclAvg) {
       const void* sum[1] = {bytesAt(result, ours.begin, size)};
       mojoccl::reduce(bytesAt(result, ours.begin, size), sum, 1, ours.end - ours.begin, call.datatype, ncclAvg, size_);

@@ -184,7 +184,8 @@ VARIABLES: tuple[Variable, ...] = (
         "exchanges of the whole buffer) and `rabenseifner` (reduce-scatter by recursive halving, "
         "all-gather by recursive doubling: the ring's bytes in 2 log2 of the node count steps); "
         "`auto` lets a cost model choose per call among all three, a list among those it names. "
-        "Must be the same on every rank",
+        "A reduce-scatter between nodes takes the first half of `ring` or `rabenseifner` (recursive "
+        "halving), the ring where neither is listed. Must be the same on every rank",
         choices=("auto",),
         listed=("ring", "recursive_doubling", "rabenseifner"),
     ),

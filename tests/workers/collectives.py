@@ -7,7 +7,7 @@ against values this rank computes on its own from every rank's inputs
 same call on a gloo group over the same ranks and inputs.
 
 Usage: collectives.py [--quick] [--device]
-  --quick   all-reduce only, fewer sizes
+  --quick   all-reduce and reduce-scatter only, fewer sizes
   --device  the tensors on this process's accelerator (the emulated device
             of tests/emulated_device when EMULATED_DEVICE_LIBRARY is set),
             without gloo, the CPU pool, Work timeouts or mismatches (a
@@ -818,6 +818,7 @@ def main():
         torch.set_default_device(DEVICE)  # torch.empty(...) and the like in the cases
     if args.quick:
         check_all_reduce(m, [0, 5, 300_003])
+        check_reduce_scatter(m, [0, 3, 100_001])
     else:
         check_all_reduce(m, SIZES)
         check_reduce(m)

@@ -256,6 +256,51 @@ void networkAllReduceRabenseifner(const NetworkGroup& group, void* data, size_t 
   });
 }
 
+void networkReduceScatterHalving(const NetworkGroup& group, void* data, const std::vector<Slice>& slices,
+                                 ncclDataType_t datatype, ncclRedOp_t op) {
+  const int n = group.size();
+  if (n == 1) return;
+  const size_t size = datatypeSize(datatype);
+  const int powerOfTwo = largestPowerOfTwoUpTo(n);
+  // Members 2i and 2i + 1, for i < paired, act as one in the halving: the
+  // first hands the second its data. Halving member v so stands for
+  // members [firstOf(v), firstOf(v + 1)), whose slices are one range.
+  const int paired = n - powerOfTwo;
+  auto firstOf = [&](int v) { return v < paired ? 2 * v : v + paired; };
+  auto parts = [&](int first, int last) {
+    return Slice{slices[firstOf(first)].begin, slices[firstOf(last) - 1].end};
+  };
+  const int self = group.self;
+  const Slice whole = parts(0, powerOfTwo);
+  if (self < 2 * paired && self % 2 == 0) {
+    postSegments(group, true, self + 1, data, whole, size);
+    group.fabric.waitAll(group.what);
+    postSegments(group, false, self + 1, data, slices[self], size);
+    group.fabric.waitAll(group.what);
+    return;
+  }
+  std::vector<char> incoming(whole.end * size);
+  const bool holdsTwo = self < 2 * paired;
+  if (holdsTwo) combineSlice(group, self - 1, data, incoming.data(), whole, false, datatype, op);
+  const int halving = holdsTwo ? self / 2 : self - paired;
+  int first = 0, last = powerOfTwo;
+  for (int distance = powerOfTwo / 2; distance >= 1; distance /= 2) {
+    const int middle = (first + last) / 2;
+    const bool upper = halving & distance;
+    const int partner = firstOf((halving ^ distance) + 1) - 1;
+    const Slice kept = upper ? parts(middle, last) : parts(first, middle);
+    const Slice given = upper ? parts(first, middle) : parts(middle, last);
+    postSegments(group, true, partner, data, given, size);
+    combineSlice(group, partner, data, incoming.data(), kept, false, datatype, op);
+    group.fabric.waitAll(group.what);
+    if (upper) first = middle; else last = middle;
+  }
+  if (holdsTwo) {
+    postSegments(group, true, self - 1, data, slices[self - 1], size);
+    group.fabric.waitAll(group.what);
+  }
+}
+
 void networkBroadcast(const NetworkGroup& group, void* data, size_t bytes, int root) {
   const int n = group.size();
   if (n == 1) return;

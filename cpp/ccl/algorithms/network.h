@@ -56,6 +56,16 @@ void networkAllReduceRabenseifner(const NetworkGroup& group, void* data, size_t 
 void networkReduceScatter(const NetworkGroup& group, void* data, const std::vector<Slice>& slices, int shift,
                           ncclDataType_t datatype, ncclRedOp_t op, const std::function<void(Slice)>& whole);
 
+// Reduce-scatter by recursive halving, in place: log2(p) swaps of half, a
+// quarter, ... of the buffer (p the largest power of two up to the size),
+// member m ending with slices[m] reduced over every member. The slices
+// must follow one another in member order. Where the size is not a power
+// of two, member 2i hands member 2i + 1 its data first (for i < size - p)
+// and gets its slice back at the end. Fewer steps than the ring from 4
+// members, the same bytes (algorithms/network_choice.h).
+void networkReduceScatterHalving(const NetworkGroup& group, void* data, const std::vector<Slice>& slices,
+                                 ncclDataType_t datatype, ncclRedOp_t op);
+
 // `bytes` from group member `root` to every other member, in place, down a
 // binomial tree (log2(size) rounds), pipelined in segments.
 void networkBroadcast(const NetworkGroup& group, void* data, size_t bytes, int root);

@@ -8,40 +8,67 @@
 namespace mojoccl {
 
 namespace {
-const std::vector<NetworkAllReduce> kAllAlgorithms = {NetworkAllReduce::Ring, NetworkAllReduce::RecursiveDoubling,
-                                                     NetworkAllReduce::Rabenseifner};
+const std::vector<NetworkAlgorithm> kAllAlgorithms = {NetworkAlgorithm::Ring, NetworkAlgorithm::RecursiveDoubling,
+                                                     NetworkAlgorithm::Rabenseifner};
 }  // namespace
 
-std::string nameOf(NetworkAllReduce algorithm) {
+std::string nameOf(NetworkAlgorithm algorithm) {
   switch (algorithm) {
-    case NetworkAllReduce::Ring: return "ring";
-    case NetworkAllReduce::RecursiveDoubling: return "recursive_doubling";
-    case NetworkAllReduce::Rabenseifner: return "rabenseifner";
+    case NetworkAlgorithm::Ring: return "ring";
+    case NetworkAlgorithm::RecursiveDoubling: return "recursive_doubling";
+    case NetworkAlgorithm::Rabenseifner: return "rabenseifner";
   }
   return "";
 }
 
-double NetworkCostModel::seconds(NetworkAllReduce algorithm, int nodes, size_t bytes) const {
-  const double n = nodes, data = static_cast<double>(bytes);
-  double steps, sent, reduced;
-  int powerOfTwo = 1, doublings = 0;
-  while (powerOfTwo * 2 <= nodes) powerOfTwo *= 2, ++doublings;
-  const int extra = powerOfTwo == nodes ? 0 : 2;  // folding in, and handing back
-  const double p = powerOfTwo;
-  if (algorithm == NetworkAllReduce::Ring) {
-    steps = 2 * (n - 1);
-    sent = 2 * (n - 1) / n * data;
-    reduced = (n - 1) / n * data;
-  } else if (algorithm == NetworkAllReduce::RecursiveDoubling) {
-    steps = doublings + extra;
-    sent = (doublings + extra) * data;
-    reduced = (doublings + extra / 2) * data;
-  } else {
-    steps = 2 * doublings + extra;
-    sent = 2 * (p - 1) / p * data + extra * data;
-    reduced = (p - 1) / p * data + extra / 2 * data;
+namespace {
+
+struct Costs {
+  double steps, sent, reduced;  // sent and reduced: bytes, per leader
+};
+
+struct NodeCount {
+  double n, p;  // nodes, and the largest power of two up to it
+  int doublings;
+  int extra;  // steps for folding the nodes past p in, and handing back
+};
+
+NodeCount nodeCount(int nodes) {
+  NodeCount count{static_cast<double>(nodes), 1, 0, 0};
+  while (count.p * 2 <= nodes) count.p *= 2, ++count.doublings;
+  count.extra = count.p == nodes ? 0 : 2;
+  return count;
+}
+
+double secondsOf(const NetworkCostModel& model, Costs costs) {
+  return costs.steps * model.stepSeconds + costs.sent / model.wireBytesPerSecond +
+         costs.reduced / model.reduceBytesPerSecond;
+}
+
+}  // namespace
+
+double NetworkCostModel::seconds(NetworkAlgorithm algorithm, int nodes, size_t bytes) const {
+  const auto [n, p, doublings, extra] = nodeCount(nodes);
+  const double data = static_cast<double>(bytes);
+  switch (algorithm) {
+    case NetworkAlgorithm::Ring:
+      return secondsOf(*this, {2 * (n - 1), 2 * (n - 1) / n * data, (n - 1) / n * data});
+    case NetworkAlgorithm::RecursiveDoubling:
+      return secondsOf(*this, {doublings + extra, (doublings + extra) * data, (doublings + extra / 2) * data});
+    case NetworkAlgorithm::Rabenseifner:
+      return secondsOf(*this, {2.0 * doublings + extra, 2 * (p - 1) / p * data + extra * data,
+                               (p - 1) / p * data + extra / 2 * data});
   }
-  return steps * stepSeconds + sent / wireBytesPerSecond + reduced / reduceBytesPerSecond;
+  return 0;
+}
+
+double NetworkCostModel::reduceScatterSeconds(NetworkAlgorithm algorithm, int nodes, size_t bytes) const {
+  const auto [n, p, doublings, extra] = nodeCount(nodes);
+  const double data = static_cast<double>(bytes);
+  if (algorithm == NetworkAlgorithm::Ring) return secondsOf(*this, {n - 1, (n - 1) / n * data, (n - 1) / n * data});
+  // The halving; a node past p hands its whole buffer in and gets its part back.
+  return secondsOf(*this, {static_cast<double>(doublings + extra), (p - 1) / p * data + (extra ? data + data / n : 0),
+                           (p - 1) / p * data + (extra ? data : 0)});
 }
 
 std::string NetworkAlgorithms::setting() {
@@ -56,20 +83,30 @@ NetworkAlgorithms NetworkAlgorithms::fromEnv() {
     algorithms.allowed_ = kAllAlgorithms;
     return algorithms;
   }
-  for (const auto& name : commaSeparated(text)) algorithms.allowed_.push_back(networkAllReduceNamed(name, text));
+  for (const auto& name : commaSeparated(text)) algorithms.allowed_.push_back(networkAlgorithmNamed(name, text));
   return algorithms;
 }
 
-NetworkAllReduce networkAllReduceNamed(const std::string& name, const std::string& setting) {
-  for (NetworkAllReduce algorithm : kAllAlgorithms)
+NetworkAlgorithm networkAlgorithmNamed(const std::string& name, const std::string& setting) {
+  for (NetworkAlgorithm algorithm : kAllAlgorithms)
     if (nameOf(algorithm) == name) return algorithm;
   fail(ncclInvalidArgument, "MOJOCCL_NET_ALGO=" + setting + " is not valid: expected auto, or a comma-separated "
                             "list of ring, recursive_doubling, rabenseifner");
 }
 
-NetworkAllReduce NetworkAlgorithms::allReduce(int nodes, size_t bytes) const {
-  return *std::min_element(allowed_.begin(), allowed_.end(), [&](NetworkAllReduce a, NetworkAllReduce b) {
+NetworkAlgorithm NetworkAlgorithms::allReduce(int nodes, size_t bytes) const {
+  return *std::min_element(allowed_.begin(), allowed_.end(), [&](NetworkAlgorithm a, NetworkAlgorithm b) {
     return model_.seconds(a, nodes, bytes) < model_.seconds(b, nodes, bytes);
+  });
+}
+
+NetworkAlgorithm NetworkAlgorithms::reduceScatter(int nodes, size_t bytes) const {
+  std::vector<NetworkAlgorithm> candidates;
+  for (NetworkAlgorithm algorithm : allowed_)
+    if (algorithm != NetworkAlgorithm::RecursiveDoubling) candidates.push_back(algorithm);
+  if (candidates.empty()) return NetworkAlgorithm::Ring;
+  return *std::min_element(candidates.begin(), candidates.end(), [&](NetworkAlgorithm a, NetworkAlgorithm b) {
+    return model_.reduceScatterSeconds(a, nodes, bytes) < model_.reduceScatterSeconds(b, nodes, bytes);
   });
 }
 

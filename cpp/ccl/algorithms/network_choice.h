@@ -1,6 +1,7 @@
-// Which algorithm moves an all-reduce between nodes once it is past the
-// size that travels in the leaders' one-message frames: the one a cost
-// model expects to finish first, among those MOJOCCL_NET_ALGO allows.
+// Which algorithm moves an all-reduce or a reduce-scatter between nodes
+// once it is past the size that travels in the leaders' one-message
+// frames: the one a cost model expects to finish first, among those
+// MOJOCCL_NET_ALGO allows.
 //
 // The model counts, for `nodes` leaders and `bytes` of data, the steps
 // each takes (a message's latency apiece), the bytes each leader sends one
@@ -11,6 +12,10 @@
 //   rabenseifner         2 log2(p) steps (+2), 2(p-1)/p x bytes sent and
 //                        (p-1)/p x reduced (+ the whole buffer twice sent,
 //                        once reduced, where n is not a power of two)
+// A reduce-scatter is the first half of the ring or of Rabenseifner's
+// algorithm (recursive halving): half the steps, the same bytes less the
+// all-gather's; recursive doubling has no such half, so where it is the
+// only algorithm allowed a reduce-scatter takes the ring.
 // Its constants were measured on the tcp provider (docs/performance.md,
 // "Choosing the algorithm between nodes").
 #pragma once
@@ -21,7 +26,7 @@
 
 namespace mojoccl {
 
-enum class NetworkAllReduce { Ring, RecursiveDoubling, Rabenseifner };
+enum class NetworkAlgorithm { Ring, RecursiveDoubling, Rabenseifner };
 
 struct NetworkCostModel {
   double stepSeconds = 50e-6;           // one exchange between leaders, software included
@@ -30,15 +35,17 @@ struct NetworkCostModel {
   // reduced while the next ones travel).
   double reduceBytesPerSecond = 6e9;
 
-  // Predicted seconds for `nodes` leaders and `bytes` of data.
-  double seconds(NetworkAllReduce algorithm, int nodes, size_t bytes) const;
+  // Predicted seconds for `nodes` leaders and `bytes` of data (the whole
+  // buffer, of which a reduce-scatter leaves each leader its part).
+  double seconds(NetworkAlgorithm algorithm, int nodes, size_t bytes) const;
+  double reduceScatterSeconds(NetworkAlgorithm algorithm, int nodes, size_t bytes) const;
 };
 
 // "ring" / "recursive_doubling" / "rabenseifner", as MOJOCCL_NET_ALGO spells them.
-std::string nameOf(NetworkAllReduce algorithm);
+std::string nameOf(NetworkAlgorithm algorithm);
 // The algorithm of that name; an unknown name fails, naming the known ones
 // (`setting`: the text it came from, for the message).
-NetworkAllReduce networkAllReduceNamed(const std::string& name, const std::string& setting);
+NetworkAlgorithm networkAlgorithmNamed(const std::string& name, const std::string& setting);
 
 class NetworkAlgorithms {
  public:
@@ -49,11 +56,13 @@ class NetworkAlgorithms {
   static std::string setting();
   // Among the allowed ones, the fastest by the model (on a tie, the first
   // of ring, recursive doubling, rabenseifner).
-  NetworkAllReduce allReduce(int nodes, size_t bytes) const;
+  NetworkAlgorithm allReduce(int nodes, size_t bytes) const;
+  // The same for a reduce-scatter: the ring or rabenseifner (its halving).
+  NetworkAlgorithm reduceScatter(int nodes, size_t bytes) const;
   const NetworkCostModel& model() const { return model_; }
 
  private:
-  std::vector<NetworkAllReduce> allowed_;
+  std::vector<NetworkAlgorithm> allowed_;
   NetworkCostModel model_;
 };
 
