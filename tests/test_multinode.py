@@ -35,12 +35,16 @@ def test_conformance_matrix_across_nodes(hosts):
         assert "checked" in result.stdout
 
 
-def test_conformance_matrix_with_frames_in_pieces():
+@pytest.mark.parametrize("direct_nodes, hosts", [("16", ("a", "b")), ("1", ("a", "b", "b", "c"))],
+                         ids=["directly, 2 nodes", "by Bruck's all-gather, 3 nodes"])
+def test_conformance_matrix_with_frames_in_pieces(direct_nodes, hosts):
     # ofi_rxm's eager limit as a site may set it (16 KiB, libfabric's own
     # default): the leaders' frames past it go in several pieces, and the
-    # matrix's mismatches of 1 against 4 pieces, 2 against 4, still meet.
-    env = {**FABRIC, "FI_OFI_RXM_EAGER_LIMIT": "16384"}
-    for result in run_worker("collectives", 2, env=env, rank_env=on_nodes("a", "b"), timeout=400):
+    # matrix's mismatches of 1 against 4 pieces, 2 against 4, still meet;
+    # gathered by Bruck's algorithm, a message of two frames goes in
+    # pieces and one node's frames differ in size from the others'.
+    env = {**FABRIC, "FI_OFI_RXM_EAGER_LIMIT": "16384", "MOJOCCL_NET_DIRECT_NODES": direct_nodes}
+    for result in run_worker("collectives", len(hosts), env=env, rank_env=on_nodes(*hosts), timeout=400):
         assert "checked" in result.stdout
 
 
@@ -54,8 +58,11 @@ def test_conformance_matrix_across_eight_nodes():
 
 def test_soak_random_collectives_across_eight_nodes():
     # The soak job of test_faults (random collectives on the world and on
-    # subgroups, half asynchronous, every result checked), one rank per node.
-    results = run_worker("soak", 8, "800", env=FABRIC, rank_env=on_nodes(*"abcdefgh"), timeout=400)
+    # subgroups, half asynchronous, every result checked), one rank per node;
+    # the world's leaders gather their frames by Bruck's all-gather (3
+    # steps), subgroups of up to 4 nodes exchange them directly.
+    env = {**FABRIC, "MOJOCCL_NET_DIRECT_NODES": "4"}
+    results = run_worker("soak", 8, "800", env=env, rank_env=on_nodes(*"abcdefgh"), timeout=400)
     for result in results:
         assert ", 0 wrong" in result.stdout, result.stdout
 
@@ -121,10 +128,12 @@ def test_trace_names_each_ranks_node_and_provider():
         ({**FABRIC, "MOJOCCL_NET_ALGO": "ring,tree"},
          "MOJOCCL_NET_ALGO=ring,tree is not valid: expected auto, or a comma-separated list of ring, "
          "recursive_doubling, rabenseifner"),
+        ({**FABRIC, "MOJOCCL_NET_DIRECT_NODES": "many"},
+         "MOJOCCL_NET_DIRECT_NODES=many is not valid: expected an integer from 1 to 1048576"),
     ],
     ids=["default provider absent", "unknown provider", "unknown domain", "unknown domain in a list", "bad rails",
          "no libfabric", "verbs", "bad timeout",
-         "bad region size", "registration without a region", "unknown algorithm"],
+         "bad region size", "registration without a region", "unknown algorithm", "bad direct node count"],
 )
 def test_bad_fabric_settings_fail_every_rank_at_once(env, message):
     # Set on every rank; a failure agreed at set-up reaches all of them.
@@ -135,7 +144,9 @@ def test_bad_fabric_settings_fail_every_rank_at_once(env, message):
     assert time.monotonic() - start < 30
 
 
-@pytest.mark.parametrize("variable, value, default", [("MOJOCCL_NET_ALGO", "ring", "auto"), ("MOJOCCL_NET_RAILS", "0", "1")])
+@pytest.mark.parametrize("variable, value, default", [
+    ("MOJOCCL_NET_ALGO", "ring", "auto"), ("MOJOCCL_NET_RAILS", "0", "1"), ("MOJOCCL_NET_DIRECT_NODES", "4", "16"),
+])
 def test_an_algorithm_setting_that_differs_between_ranks_fails_every_rank(variable, value, default):
     # Ranks that chose different algorithms would not meet.
     results = run_worker("ccl", 2, "init", env=FABRIC, timeout=60, rank_env={

@@ -40,6 +40,12 @@ enum class AllReduceAlgorithm { Auto, OneShot, TwoShot };
 // up to this size travel in the leaders' frames.
 constexpr size_t kOneShotMaxBytes = 64 << 10;
 
+// Up to this many nodes the leaders' frames (each call's agreement, and its
+// data up to kOneShotMaxBytes) go directly, every leader to every other in
+// one step; past it by Bruck's all-gather, in ceil(log2 n) steps of one
+// message (docs/performance.md, "The leaders' frames at many nodes").
+constexpr int kDirectFrameNodes = 16;
+
 class Comm {
  public:
   // Collective over the `nranks` processes that pass the same `id`.
@@ -180,6 +186,9 @@ class Comm {
   int size_;
   AllReduceAlgorithm allReduceAlgorithm_;
   NetworkAlgorithms networkAlgorithms_;  // between nodes (MOJOCCL_NET_ALGO)
+  // Up to this many nodes the leaders exchange each call's frames directly,
+  // past it by Bruck's all-gather (MOJOCCL_NET_DIRECT_NODES).
+  int directFrameNodes_ = kDirectFrameNodes;
   bool zeroCopy_;  // MOJOCCL_ZERO_COPY: read peers' buffers in place when possible
   std::vector<std::vector<int>> nodes_;  // each node's ranks; nodes ordered by their lowest rank
   std::vector<int> nodeOfRank_;

@@ -103,14 +103,17 @@ char* Comm::frame(size_t node) {
 }
 
 // Each leader's frame (frame(node): its node's report, then `payloadBytes`
-// of data) to every other leader; returns the first disagreement among the
+// of data) to every other leader, directly up to MOJOCCL_NET_DIRECT_NODES
+// nodes and by Bruck's all-gather past them; returns the first disagreement among the
 // reports, or "". A leader in a small all-reduce and one in any other call
 // exchange frames alike, and so meet.
 std::string Comm::exchangeNodeFrames(const Call& call, size_t payloadBytes) {
   std::vector<char*> frames;
   for (size_t node = 0; node < nodes_.size(); ++node) frames.push_back(frame(node));
   std::vector<size_t> received;
-  networkExchangeFrames(leaders(call), frames, sizeof(NodeReport) + payloadBytes, kFrameRoom, received);
+  const auto exchange = static_cast<int>(nodes_.size()) <= directFrameNodes_ ? networkExchangeFrames
+                                                                              : networkGatherFrames;
+  exchange(leaders(call), frames, sizeof(NodeReport) + payloadBytes, kFrameRoom, received);
   return disagreementAcrossNodes(frames[0], kFrameRoom);
 }
 

@@ -190,6 +190,15 @@ VARIABLES: tuple[Variable, ...] = (
         listed=("ring", "recursive_doubling", "rabenseifner"),
     ),
     Variable(
+        "MOJOCCL_NET_DIRECT_NODES",
+        "16",
+        "up to this many nodes the leaders exchange each call's frames (the agreement on the call, "
+        "and the data of collectives up to 64 KiB) directly, each sending every other one a message "
+        "in one step; past it by Bruck's all-gather, ceil(log2 of the node count) steps of one "
+        "message each. Must be the same on every rank",
+        int_range=(1, 1048576),
+    ),
+    Variable(
         "MOJOCCL_NET_RAILS",
         "1",
         "`1`: where every node has the same number of ranks, a large all-reduce runs on rails (local "

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "../datatypes.h"
@@ -341,44 +343,119 @@ void networkAllGather(const NetworkGroup& group, const std::vector<char*>& block
   group.fabric.waitAll(group.what);
 }
 
+namespace {
+
+// A message of any length up to its receive's room goes in pieces the
+// provider sends at once (a larger message costs a rendezvous round
+// trip): whole pieces, then one shorter (empty where the message is whole
+// pieces), which tells the receiver that it is complete. Sender and
+// receiver so count the same messages whatever the length; most frames
+// are one short piece.
+void sendInPieces(const NetworkGroup& group, int member, const char* data, size_t bytes, size_t piece) {
+  for (size_t offset = 0;; offset += piece) {
+    const size_t length = std::min(piece, bytes - offset);
+    group.fabric.postSend(group.ranks[member], data + offset, length);
+    if (length < piece) break;
+  }
+}
+
+// One such message on its way in: its first piece's receive is posted at
+// construction (before the peer sends, where the caller can), the rest as
+// each piece lands. Not to be moved once posted: the provider writes
+// `pieceBytes`.
+struct PiecedReceive {
+  PiecedReceive(const NetworkGroup& group, int member, char* into, size_t roomBytes, size_t piece)
+      : group(group), member(member), into(into), roomBytes(roomBytes), piece(piece) {
+    postNext();
+  }
+  PiecedReceive(const PiecedReceive&) = delete;
+
+  // Waits for the last piece; the message's length.
+  size_t complete() {
+    for (;;) {
+      group.fabric.waitFor(arrival, group.what);
+      received += pieceBytes;
+      if (pieceBytes < piece) return received;
+      postNext();
+    }
+  }
+
+ private:
+  void postNext() {
+    arrival = group.fabric.postRecvUpTo(group.ranks[member], into + received,
+                                        std::min(piece, roomBytes - received), &pieceBytes);
+  }
+
+  const NetworkGroup& group;
+  const int member;
+  char* const into;
+  const size_t roomBytes, piece;
+  size_t received = 0, pieceBytes = 0;
+  FabricTransport::Ticket arrival = 0;
+};
+
+size_t pieceFor(const NetworkGroup& group, size_t roomBytes) { return std::min(group.fabric.eagerMessage(), roomBytes); }
+
+}  // namespace
+
 void networkExchangeFrames(const NetworkGroup& group, const std::vector<char*>& frames, size_t sendBytes,
                            size_t roomBytes, std::vector<size_t>& received) {
-  FabricTransport& fabric = group.fabric;
-  // A frame goes in pieces the provider sends at once (a larger message
-  // costs a rendezvous round trip): whole pieces, then one shorter (empty
-  // where the frame is whole pieces), which tells the receiver that the
-  // frame is complete. Sender and receiver so count the same messages
-  // whatever the frame; most frames are one short piece.
-  const size_t piece = std::min(fabric.eagerMessage(), roomBytes);
-  auto room = [&](size_t offset) { return std::min(piece, roomBytes - offset); };
-  std::vector<FabricTransport::Ticket> arrival(group.size());
-  received.assign(group.size(), 0);
-  std::vector<size_t> pieceBytes(group.size());
-  for (int member = 0; member < group.size(); ++member)
-    if (member != group.self)
-      arrival[member] = fabric.postRecvUpTo(group.ranks[member], frames[member], room(0), &pieceBytes[member]);
-  for (int member = 0; member < group.size(); ++member) {
-    if (member == group.self) continue;
-    for (size_t offset = 0;; offset += piece) {
-      const size_t bytes = std::min(piece, sendBytes - offset);
-      fabric.postSend(group.ranks[member], frames[group.self] + offset, bytes);
-      if (bytes < piece) break;
+  const int n = group.size(), self = group.self;
+  const size_t piece = pieceFor(group, roomBytes);
+  std::vector<std::unique_ptr<PiecedReceive>> arriving(n);
+  for (int member = 0; member < n; ++member)
+    if (member != self) arriving[member] = std::make_unique<PiecedReceive>(group, member, frames[member], roomBytes, piece);
+  for (int member = 0; member < n; ++member)
+    if (member != self) sendInPieces(group, member, frames[self], sendBytes, piece);
+  received.assign(n, 0);
+  for (int member = 0; member < n; ++member)
+    received[member] = member == self ? sendBytes : arriving[member]->complete();
+  group.fabric.waitAll(group.what);  // our sends
+}
+
+void networkGatherFrames(const NetworkGroup& group, const std::vector<char*>& frames, size_t sendBytes,
+                         size_t roomBytes, std::vector<size_t>& received) {
+  const int n = group.size(), self = group.self;
+  received.assign(n, 0);
+  received[self] = sendBytes;
+  // Each frame travels with its length in front.
+  using Length = uint64_t;
+  const size_t slot = sizeof(Length) + roomBytes;
+  std::vector<char> outgoing, incoming;
+  // Bruck's all-gather: holding the frames of members self, self + 1, ...,
+  // self + held - 1, a member sends as many of them as are still missing
+  // elsewhere to member self - held and gets the next ones from self + held.
+  for (int held = 1; held < n;) {
+    const int count = std::min(held, n - held);
+    const int to = (self - held + n) % n, from = (self + held) % n;
+    incoming.resize(count * slot);
+    PiecedReceive arriving(group, from, incoming.data(), incoming.size(), pieceFor(group, incoming.size()));
+    outgoing.clear();
+    for (int k = 0; k < count; ++k) {
+      const int member = (self + k) % n;
+      const Length length = received[member];
+      outgoing.insert(outgoing.end(), reinterpret_cast<const char*>(&length),
+                      reinterpret_cast<const char*>(&length) + sizeof length);
+      outgoing.insert(outgoing.end(), frames[member], frames[member] + length);
     }
-  }
-  received[group.self] = sendBytes;
-  for (int member = 0; member < group.size(); ++member) {
-    if (member == group.self) continue;
-    // The pieces after the first are on their way already: each receive
-    // is posted as the last one completes, into the frame's next piece.
-    for (;;) {
-      fabric.waitFor(arrival[member], group.what);
-      received[member] += pieceBytes[member];
-      if (pieceBytes[member] < piece) break;
-      arrival[member] = fabric.postRecvUpTo(group.ranks[member], frames[member] + received[member],
-                                            room(received[member]), &pieceBytes[member]);
+    sendInPieces(group, to, outgoing.data(), outgoing.size(), pieceFor(group, incoming.size()));
+    const size_t arrived = arriving.complete();
+    size_t offset = 0;
+    for (int k = 0; k < count; ++k) {
+      const int member = (self + held + k) % n;
+      Length length = 0;
+      if (offset + sizeof length <= arrived) std::memcpy(&length, incoming.data() + offset, sizeof length);
+      offset += sizeof length;
+      if (length > roomBytes || offset + length > arrived)
+        fail(ncclInternalError, group.what + ": the frames gathered from rank " + std::to_string(group.ranks[from]) +
+                                    " are cut short (" + std::to_string(arrived) + " bytes)");
+      std::memcpy(frames[member], incoming.data() + offset, length);
+      received[member] = length;
+      offset += length;
     }
+    group.fabric.waitAll(group.what);  // our sends, before `outgoing` is refilled
+    held += count;
   }
-  fabric.waitAll(group.what);  // our sends
 }
 
 }  // namespace mojoccl

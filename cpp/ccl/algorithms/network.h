@@ -82,8 +82,15 @@ void networkAllGather(const NetworkGroup& group, const std::vector<char*>& block
 // received[i] its length. Members that disagree on the call, and so on the
 // size, still exchange whole frames: the next call finds them in step.
 // The first receives are posted before the sends, so that a frame finds
-// its receive waiting.
+// its receive waiting. One step, size - 1 messages sent per member.
 void networkExchangeFrames(const NetworkGroup& group, const std::vector<char*>& frames, size_t sendBytes,
                            size_t roomBytes, std::vector<size_t>& received);
+
+// The same frames to the same places, by Bruck's all-gather: ceil(log2
+// size) steps, each sending one message (the frames a member holds that
+// its partner lacks, each with its length) and receiving one. For many
+// members, where size - 1 messages per member cost more than the steps.
+void networkGatherFrames(const NetworkGroup& group, const std::vector<char*>& frames, size_t sendBytes,
+                         size_t roomBytes, std::vector<size_t>& received);
 
 }  // namespace mojoccl
