@@ -78,6 +78,8 @@ def test_bad_arguments_are_refused_and_the_comm_stays_usable():
         assert "root error" in out and "root 2 is outside 0..1" in out, out
         assert "null error" in out and "NULL" in out, out
         assert f"group_end error {INVALID_USAGE}" in out, out
+        assert (f"all_to_all_null error {INVALID_ARGUMENT} ncclAllToAllv: sendcounts, sdispls, recvcounts and "
+                "rdispls need an entry per rank") in out, out
         assert (f"wire_here error {INVALID_USAGE} mojocclWireSendRecv: rank {1 - rank} is not a rank of this "
                 "communicator on another node") in out, out
         assert "ok usable" in out, out

@@ -51,6 +51,9 @@ struct CclApi {
   // libmojoccl's own: a receive from any rank; the ranks that failed.
   ncclResult_t (*recvAny)(void*, size_t, ncclDataType_t, int*, ncclComm_t, ncclStream_t);
   ncclResult_t (*failedRanks)(ncclComm_t, int*, int*);
+  // RCCL's and libmojoccl's (not NCCL's): an all-to-all.
+  ncclResult_t (*allToAllv)(const void*, const size_t*, const size_t*, void*, const size_t*, const size_t*,
+                            ncclDataType_t, ncclComm_t, ncclStream_t);
 };
 
 class CclLibrary {

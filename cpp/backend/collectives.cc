@@ -461,20 +461,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::alltoall_base(
   TORCH_CHECK_VALUE(sendParts[rank_].numel() == recvParts[rank_].numel(),
                     "all_to_all_single: this rank sends itself ", sendParts[rank_].numel(),
                     " elements but expects ", recvParts[rank_].numel(), " from itself");
+  auto selfCopied = std::make_shared<bool>(false);
   return enqueue(
       OpType::ALLTOALL_BASE, "nccl:all_to_all_single", describe("all_to_all_single", input),
       {input}, {output},
-      [this, sendParts, recvParts](Communicator& comm) {
-        comm.group([&] {
-          for (int peer = 0; peer < size_; ++peer) {
-            if (peer == rank_) continue;
-            sendTensor(comm, sendParts[peer], peer);
-            recvTensor(comm, recvParts[peer], peer);
-          }
-        });
+      [this, source, buffer, sendParts, recvParts, selfCopied](Communicator& comm) {
+        *selfCopied = exchangeParts(comm, source, sendParts, buffer, recvParts, rank_);
       },
-      [this, output, buffer, sendParts, recvParts] {
-        const_cast<at::Tensor&>(recvParts[rank_]).copy_(sendParts[rank_]);
+      [this, output, buffer, sendParts, recvParts, selfCopied] {
+        if (!*selfCopied) const_cast<at::Tensor&>(recvParts[rank_]).copy_(sendParts[rank_]);
         copyBack(output, buffer);
       },
       !opts.asyncOp);
@@ -497,15 +492,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::alltoall(std::vector<at::Tensor
   return enqueue(
       OpType::ALLTOALL, "nccl:all_to_all", c10::str("all_to_all ", size_, " tensors"), inputs,
       outputs,
-      [this, sources, buffers](Communicator& comm) {
-        comm.group([&] {
-          for (int peer = 0; peer < size_; ++peer) {
-            if (peer == rank_) continue;
-            sendTensor(comm, sources[peer], peer);
-            recvTensor(comm, buffers[peer], peer);
-          }
-        });
-      },
+      [this, sources, buffers](Communicator& comm) { sendAndReceiveParts(comm, sources, buffers, rank_); },
       [this, outputs, sources, buffers] {
         const_cast<at::Tensor&>(buffers[rank_]).copy_(sources[rank_].view(buffers[rank_].sizes()));
         for (int peer = 0; peer < size_; ++peer) copyBack(outputs[peer], buffers[peer]);

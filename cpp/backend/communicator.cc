@@ -74,6 +74,15 @@ void Communicator::recv(void* data, size_t count, ncclDataType_t type, int peer)
   run("ncclRecv", [&] { return api().recv(data, count, type, peer, comm_, stream_); });
 }
 
+void Communicator::allToAllv(const void* send, const std::vector<size_t>& sendCounts,
+                             const std::vector<size_t>& sendDispls, void* recv, const std::vector<size_t>& recvCounts,
+                             const std::vector<size_t>& recvDispls, ncclDataType_t type) {
+  run("ncclAllToAllv", [&] {
+    return api().allToAllv(send, sendCounts.data(), sendDispls.data(), recv, recvCounts.data(), recvDispls.data(),
+                           type, comm_, stream_);
+  });
+}
+
 void Communicator::group(const std::function<void()>& calls) {
   run("ncclGroupStart", [&] { return api().groupStart(); });
   calls();

@@ -40,6 +40,12 @@ class Communicator {
   void recv(void* data, size_t count, ncclDataType_t type, int peer);
   // Returns the rank the message came from; libmojoccl only.
   int recvFromAny(void* data, size_t count, ncclDataType_t type);
+  // ncclAllToAllv (counts and displacements in elements, one per rank);
+  // only where the library has it (hasAllToAllv()).
+  bool hasAllToAllv() const { return library_->api().allToAllv != nullptr; }
+  void allToAllv(const void* send, const std::vector<size_t>& sendCounts, const std::vector<size_t>& sendDispls,
+                 void* recv, const std::vector<size_t>& recvCounts, const std::vector<size_t>& recvDispls,
+                 ncclDataType_t type);
   // Wraps `calls` in ncclGroupStart/End, as sends and receives that must
   // progress together need.
   void group(const std::function<void()>& calls);

@@ -103,6 +103,40 @@ void recvTensor(Communicator& comm, const at::Tensor& tensor, int peer) {
   comm.recv(tensor.data_ptr(), tensor.numel(), ncclDatatypeOf(tensor), peer);
 }
 
+void sendAndReceiveParts(Communicator& comm, const std::vector<at::Tensor>& sendParts,
+                         const std::vector<at::Tensor>& recvParts, int rank) {
+  comm.group([&] {
+    for (int peer = 0; peer < static_cast<int>(sendParts.size()); ++peer) {
+      if (peer == rank) continue;
+      sendTensor(comm, sendParts[peer], peer);
+      recvTensor(comm, recvParts[peer], peer);
+    }
+  });
+}
+
+bool exchangeParts(Communicator& comm, const at::Tensor& source, const std::vector<at::Tensor>& sendParts,
+                   const at::Tensor& buffer, const std::vector<at::Tensor>& recvParts, int rank) {
+  if (!comm.hasAllToAllv()) {
+    sendAndReceiveParts(comm, sendParts, recvParts, rank);
+    return false;
+  }
+  // Counts and displacements in elements of the whole tensors.
+  auto layout = [](const at::Tensor& whole, const std::vector<at::Tensor>& parts, std::vector<size_t>& counts,
+                   std::vector<size_t>& displacements) {
+    for (const auto& part : parts) {
+      counts.push_back(part.numel());
+      displacements.push_back((static_cast<const char*>(part.data_ptr()) - static_cast<const char*>(whole.data_ptr())) /
+                              whole.element_size());
+    }
+  };
+  std::vector<size_t> sendCounts, sendDispls, recvCounts, recvDispls;
+  layout(source, sendParts, sendCounts, sendDispls);
+  layout(buffer, recvParts, recvCounts, recvDispls);
+  comm.allToAllv(source.data_ptr(), sendCounts, sendDispls, buffer.data_ptr(), recvCounts, recvDispls,
+                 ncclDatatypeOf(source));
+  return true;
+}
+
 // ------------------------------------------- tensors in the registered pool
 
 at::Tensor sharedTensor(int64_t numel, const at::TensorOptions& options) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
@@ -34,6 +35,16 @@ void copyBack(const at::Tensor& output, const at::Tensor& buffer);
 at::Tensor rows(const at::Tensor& tensor, int64_t begin, int64_t count);
 
 void sendTensor(Communicator& comm, const at::Tensor& tensor, int peer);
+// sendParts[p] to rank p and recvParts[p] from it, for every other rank,
+// in one group of sends and receives.
+void sendAndReceiveParts(Communicator& comm, const std::vector<at::Tensor>& sendParts,
+                         const std::vector<at::Tensor>& recvParts, int rank);
+// sendParts[p] (rows of `source`) to rank p and recvParts[p] (rows of
+// `buffer`) from it, for every rank: one ncclAllToAllv where the library
+// has one, which also copies the part to ourselves (returns true), else a
+// group of sends and receives to the other ranks (returns false).
+bool exchangeParts(Communicator& comm, const at::Tensor& source, const std::vector<at::Tensor>& sendParts,
+                   const at::Tensor& buffer, const std::vector<at::Tensor>& recvParts, int rank);
 void recvTensor(Communicator& comm, const at::Tensor& tensor, int peer);
 
 }  // namespace torch_mojo

@@ -331,6 +331,33 @@ MOJOCCL_API ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t d
   return pointToPoint(comm, stream, {false, peer, recvbuff, count, datatype});
 }
 
+MOJOCCL_API ncclResult_t ncclAllToAllv(const void* sendbuff, const size_t sendcounts[], const size_t sdispls[],
+                                       void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
+                                       ncclDataType_t datatype, ncclComm_t comm, ncclStream_t stream) {
+  if (comm != nullptr && (sendcounts == nullptr || sdispls == nullptr || recvcounts == nullptr || rdispls == nullptr)) {
+    lastError = "ncclAllToAllv: sendcounts, sdispls, recvcounts and rdispls need an entry per rank";
+    return ncclInvalidArgument;
+  }
+  return collective(comm, stream, [=](Comm& c, DeviceStaging& staged) {
+    const size_t size = datatypeSize(datatype);
+    if (size == 0) mojoccl::fail(ncclInvalidArgument, "unknown datatype " + std::to_string(datatype));
+    // The extent of each buffer that the parts cover, staged whole.
+    size_t sendExtent = 0, recvExtent = 0;
+    for (int peer = 0; peer < c.size(); ++peer) {
+      sendExtent = std::max(sendExtent, (sdispls[peer] + sendcounts[peer]) * size);
+      recvExtent = std::max(recvExtent, (rdispls[peer] + recvcounts[peer]) * size);
+    }
+    const char* send = static_cast<const char*>(staged.input(sendbuff, sendExtent));
+    char* recv = static_cast<char*>(staged.output(recvbuff, recvExtent));
+    std::vector<Comm::PointToPoint> exchange;
+    for (int peer = 0; peer < c.size(); ++peer) {
+      exchange.push_back({true, peer, const_cast<char*>(send) + sdispls[peer] * size, sendcounts[peer], datatype});
+      exchange.push_back({false, peer, recv + rdispls[peer] * size, recvcounts[peer], datatype});
+    }
+    c.transfer(exchange, Comm::Exchange::Collective);
+  });
+}
+
 MOJOCCL_API ncclResult_t mojocclRecvAny(void* recvbuff, size_t count, ncclDataType_t datatype,
                                         int* peer, ncclComm_t comm, ncclStream_t stream) {
   return guarded([&] {

@@ -302,7 +302,7 @@ void Comm::reduce(const void* send, void* recv, size_t count, ncclDataType_t dat
              &Comm::reduceAcrossNodes);
 }
 
-void Comm::transfer(const std::vector<PointToPoint>& batch) {
+void Comm::transfer(const std::vector<PointToPoint>& batch, Exchange exchange) {
   std::vector<Transfer> transfers;  // within this node: peer is the local index
   std::vector<Transfer> remote;     // across nodes: peer is the rank
   for (const auto& request : batch) {
@@ -318,15 +318,25 @@ void Comm::transfer(const std::vector<PointToPoint>& batch) {
         .push_back({request.isSend, here ? shm_->indexOf(request.peer) : request.peer, request.buffer,
                     request.count, request.datatype, ++calls_});
   }
-  std::string what = batch.size() == 1
+  const bool collective = exchange == Exchange::Collective;
+  std::string what = collective ? "ncclAllToAllv"
+                     : batch.size() == 1
                          ? std::string(batch[0].isSend ? "ncclSend to rank " : "ncclRecv from rank ") +
                                std::to_string(batch[0].peer)
                          : "a group of " + std::to_string(batch.size()) + " sends and receives";
   run(what, [&] {
     // Sends within the node are buffered and never wait for the network, so
-    // they go first; then the messages between nodes.
-    if (!transfers.empty()) runTransfers(*shm_, transfers);
-    if (!remote.empty()) runRemoteTransfers(*fabric_, rank_, remote, what);
+    // they go first; then the messages between nodes, even after a message
+    // within the node was of the wrong size: the other nodes' ranks wait
+    // for ours, and the communicator stays usable.
+    std::string mismatch;
+    try {
+      if (!transfers.empty()) runTransfers(*shm_, transfers);
+    } catch (const MismatchError& error) {
+      mismatch = error.what();
+    }
+    if (!remote.empty()) runRemoteTransfers(*fabric_, rank_, remote, what, collective);
+    if (!mismatch.empty()) throw MismatchError(mismatch);
   });
 }
 

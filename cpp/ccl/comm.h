@@ -78,8 +78,14 @@ class Comm {
     size_t count;
     ncclDataType_t datatype;
   };
+  // Buffered: every send between nodes is copied first and never waits for
+  // its receiver, so that sends and receives issued in any order, in any
+  // calls, cannot deadlock. Collective: every rank runs its part of the
+  // same exchange now (an all-to-all), so every receive is posted in this
+  // call and a send between nodes goes from the caller's buffer as it is.
+  enum class Exchange { Buffered, Collective };
   // Runs a batch of sends and receives together (one group's worth).
-  void transfer(const std::vector<PointToPoint>& batch);
+  void transfer(const std::vector<PointToPoint>& batch, Exchange exchange = Exchange::Buffered);
   // A receive from whichever rank's message comes first; returns its rank.
   // Within one node only (the ranks of other nodes are not watched).
   int receiveFromAny(void* buffer, size_t count, ncclDataType_t datatype);

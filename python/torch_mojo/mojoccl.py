@@ -65,6 +65,8 @@ class Library:
         lib.ncclMemFree.argtypes = [pointer]
         lib.ncclSend.argtypes = [pointer, size, code, code, comm, pointer]
         lib.ncclRecv.argtypes = [pointer, size, code, code, comm, pointer]
+        sizes = ctypes.POINTER(size)
+        lib.ncclAllToAllv.argtypes = [pointer, sizes, sizes, pointer, sizes, sizes, code, comm, pointer]
         lib.mojocclWireSendRecv.argtypes = [pointer, code, pointer, code, size, comm]
         lib.mojocclPredictAllReduce.argtypes = [code, size, ctypes.c_char_p, ctypes.c_char_p, size,
                                                 ctypes.POINTER(ctypes.c_double)]
@@ -141,15 +143,12 @@ class Library:
         self.check(self.lib.mojocclWireSendRecv(_address(send), to, _address(recv), source, nbytes, comm))
 
     def all_to_all(self, comm, send, recv, nranks):
-        """Equal parts, as a group of sends and receives (NCCL has no all-to-all call)."""
+        """Equal parts, in one ncclAllToAllv."""
         part = _count(send) // nranks
-        size = send.element_size() if hasattr(send, "element_size") else send.itemsize
-        datatype = datatype_of(send)
-        self.check(self.lib.ncclGroupStart())
-        for peer in range(nranks):
-            self.check(self.lib.ncclSend(_address(send) + peer * part * size, part, datatype, peer, comm, None))
-            self.check(self.lib.ncclRecv(_address(recv) + peer * part * size, part, datatype, peer, comm, None))
-        self.check(self.lib.ncclGroupEnd())
+        counts = (ctypes.c_size_t * nranks)(*([part] * nranks))
+        displacements = (ctypes.c_size_t * nranks)(*(peer * part for peer in range(nranks)))
+        self.check(self.lib.ncclAllToAllv(_address(send), counts, displacements, _address(recv), counts,
+                                          displacements, datatype_of(send), comm, None))
 
     def predict_all_reduce(self, nodes, nbytes, algorithm=None):
         """The cost model between nodes: (algorithm, seconds) for `nodes`

@@ -143,6 +143,8 @@ def main():
             ("null", lambda: library.check(library.lib.ncclAllReduce(
                 None, None, 4, 7, 0, comm, None))),
             ("group_end", lambda: library.check(library.lib.ncclGroupEnd())),
+            ("all_to_all_null", lambda: library.check(library.lib.ncclAllToAllv(
+                data.ctypes.data, None, None, out.ctypes.data, None, None, 7, comm, None))),
             ("wire_here", lambda: library.check(library.lib.mojocclWireSendRecv(
                 data.ctypes.data, 1 - rank, out.ctypes.data, 1 - rank, data.nbytes, comm))),
         ]:

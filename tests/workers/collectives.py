@@ -417,6 +417,33 @@ def check_all_to_all(m):
             # gloo's list form takes equal sizes only.
             m.case(f"all_to_all {dtype} {kind}", listed, [part(r, m.rank) for r in range(m.world)], dtype,
                    on_gloo=not uneven)
+    check_large_all_to_all(m)
+
+
+def check_large_all_to_all(m):
+    """Parts of every kind in one call: to the next rank 2.4 MiB (between
+    nodes: pieces of 1 MiB and a tail), to itself 600 KiB, to the others a
+    few bytes (with their headers, in one message)."""
+    def rows(sender, receiver):
+        if receiver == (sender + 1) % m.world:
+            return 209_717
+        return 51_203 if receiver == sender else sender + receiver + 1
+    rows_to = [[rows(r, p) for p in range(m.world)] for r in range(m.world)]
+    inputs = [make_input(r, 3 * sum(rows_to[r]), torch.float32, 59_999).reshape(-1, 3) for r in range(m.world)]
+
+    def part(sender, receiver):
+        start = sum(rows_to[sender][:receiver])
+        return inputs[sender][start : start + rows_to[sender][receiver]]
+
+    expected = torch.cat([part(r, m.rank) for r in range(m.world)])
+
+    def single(group):
+        output = torch.empty_like(expected)
+        dist.all_to_all_single(output, inputs[m.rank], output_split_sizes=[rows_to[r][m.rank] for r in range(m.world)],
+                               input_split_sizes=rows_to[m.rank], group=group)
+        return [output]
+
+    m.case("all_to_all_single float32 large uneven", single, [expected], torch.float32)
 
 
 def check_point_to_point(m):
@@ -786,6 +813,20 @@ def check_bad_input(m):
         m.raises("all_gather small against large", RuntimeError, "collective mismatch",
                  lambda: dist.all_gather_into_tensor(torch.empty(m.world * (8 if m.rank == 0 else 100_000)),
                                                      torch.ones(8 if m.rank == 0 else 100_000)))
+        # An all-to-all whose parts disagree in size, past what travels with
+        # a header (between nodes such a part goes from the sender's buffer
+        # as it is): the rank that expected another size raises, naming
+        # both sides, and the part is consumed; the others' calls succeed.
+        big = 300_000
+        expected_rows = [big - 1 if (m.rank == 0 and r == 1) else big for r in range(m.world)]
+        disagreeing = lambda: dist.all_to_all_single(torch.empty(sum(expected_rows)), torch.ones(big * m.world),
+                                                     output_split_sizes=expected_rows,
+                                                     input_split_sizes=[big] * m.world)
+        if m.rank == 0:
+            m.raises("all_to_all part size mismatch", RuntimeError,
+                     "rank 1 sent 300000 x float32", disagreeing)
+        else:
+            disagreeing()
         m.raises("sparse shapes", ValueError, "every rank must pass a tensor of one shape",
                  lambda: dist.all_reduce(torch.sparse_coo_tensor(torch.zeros(2, 0, dtype=torch.long),
                                                                  torch.zeros(0), (3 + m.rank, 4))))

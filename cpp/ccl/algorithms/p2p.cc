@@ -173,7 +173,7 @@ int receiveFromAny(ShmTransport& shm, const Transfer& transfer) {
 // (exchangeHeadered), so a receive of another size consumes the message and
 // names both sides, as within a node, and the communicator stays usable.
 void runRemoteTransfers(FabricTransport& fabric, int self, const std::vector<Transfer>& transfers,
-                        const std::string& what) {
+                        const std::string& what, bool collective) {
   struct Header {
     uint64_t count;
     uint64_t sequence;
@@ -190,7 +190,7 @@ void runRemoteTransfers(FabricTransport& fabric, int self, const std::vector<Tra
   }
   std::string mismatch;
   std::vector<std::vector<char>> discarded;
-  exchangeHeadered(fabric, messages, sizeof(Header), [&](size_t i) {
+  exchangeHeadered(fabric, messages, sizeof(Header), collective, [&](size_t i) {
     const Transfer& transfer = transfers[i];
     const Header& sent = headers[i];
     if (sent.count == transfer.count && sent.datatype == static_cast<uint32_t>(transfer.datatype))

@@ -43,7 +43,10 @@ void runTransfers(ShmTransport& shm, const std::vector<Transfer>& transfers);
 int receiveFromAny(ShmTransport& shm, const Transfer& transfer);
 
 // The same between nodes: `peer` is then a communicator rank and `self` ours.
+// Sends are buffered as within a node, unless `collective` says that every
+// rank posts its receives for them in the same call (an all-to-all): they
+// then go from the caller's buffer.
 void runRemoteTransfers(FabricTransport& fabric, int self, const std::vector<Transfer>& transfers,
-                        const std::string& what);
+                        const std::string& what, bool collective);
 
 }  // namespace mojoccl

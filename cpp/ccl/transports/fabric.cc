@@ -245,16 +245,38 @@ FabricTransport::Ticket FabricTransport::postRecvUpTo(int peer, void* data, size
   return postOrCancel(peer, false, static_cast<char*>(data), bytes, nullptr, received);
 }
 
-void FabricTransport::postBufferedSend(int peer, const void* data, size_t bytes) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto copy = copyOf(data, bytes);
-  if (!progressThread_.joinable()) progressThread_ = std::thread([this] { progressBufferedSends(); });
-  // No wake-up here: the caller's next wait progresses it, and wakes the
-  // progress thread if it is still in flight when that wait ends.
-  postOrCancel(peer, true, copy->data(), bytes, copy);
+void FabricTransport::postBufferedSend(int peer, const void* data, size_t bytes, size_t piece) {
+  std::shared_ptr<std::vector<char>> copy;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    copy = spareCopy(bytes);
+    if (!progressThread_.joinable()) progressThread_ = std::thread([this] { progressBufferedSends(); });
+  }
+  // Each piece goes as soon as it is copied, the lock free while the next
+  // one is: the wire starts on the first while the rest is still copied.
+  const char* from = static_cast<const char*>(data);
+  try {
+    for (size_t offset = 0;; offset += piece) {
+      const size_t length = std::min(piece, bytes - offset);
+      std::memcpy(copy->data() + offset, from + offset, length);
+      std::lock_guard<std::mutex> lock(mutex_);
+      postOrCancel(peer, true, copy->data() + offset, length, copy);
+      if (offset + length >= bytes) {
+        copy.reset();  // with the lock held: the last reference hands the copy back to the spares
+        break;
+      }
+      bufferedPosted_.notify_one();
+    }
+  } catch (const Error&) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    copy.reset();
+    throw;
+  }
+  // No wake-up after the last piece: the caller's next wait progresses it,
+  // and wakes the progress thread if it is still in flight when that wait ends.
 }
 
-std::shared_ptr<std::vector<char>> FabricTransport::copyOf(const void* data, size_t bytes) {
+std::shared_ptr<std::vector<char>> FabricTransport::spareCopy(size_t bytes) {
   // The smallest spare that holds it, else a new one.
   auto best = spareCopies_.end();
   for (auto spare = spareCopies_.begin(); spare != spareCopies_.end(); ++spare)
@@ -267,7 +289,7 @@ std::shared_ptr<std::vector<char>> FabricTransport::copyOf(const void* data, siz
   } else {
     copy = std::make_unique<std::vector<char>>();
   }
-  copy->assign(static_cast<const char*>(data), static_cast<const char*>(data) + bytes);
+  copy->resize(bytes);
   return std::shared_ptr<std::vector<char>>(copy.release(), [this](std::vector<char>* done) {
     std::unique_ptr<std::vector<char>> back(done);
     if (done->capacity() > kLargestSpareCopy) return;
@@ -544,8 +566,24 @@ void FabricTransport::failRequest(const fi_cq_err_entry& error, const std::strin
                             peer + " failed: " + library_.strerror(error.err) + " (" + detail + ")");
 }
 
+namespace {
+
+// A large payload goes in messages of this much: several in flight, and,
+// where it is copied first, the first travels while the rest is copied.
+constexpr size_t kPayloadPieceBytes = size_t{1} << 20;
+
+// The pieces of a payload of `bytes` (more than fit with a header), as
+// sender and receiver both count them: whole ones, then the rest.
+template <typename Body>
+void forEachPiece(size_t bytes, Body body) {
+  for (size_t offset = 0; offset < bytes; offset += kPayloadPieceBytes)
+    body(offset, std::min(kPayloadPieceBytes, bytes - offset));
+}
+
+}  // namespace
+
 void exchangeHeadered(FabricTransport& fabric, const std::vector<HeaderedMessage>& messages,
-                      size_t headerBytes,
+                      size_t headerBytes, bool payloadsInPlace,
                       const std::function<std::pair<void*, size_t>(size_t index)>& receiveInto,
                       const std::string& what) {
   // Every receive takes room for a header and an inline payload in one
@@ -555,24 +593,31 @@ void exchangeHeadered(FabricTransport& fabric, const std::vector<HeaderedMessage
   const size_t inlineBytes = room - headerBytes;
   std::vector<std::unique_ptr<char[]>> arrived(messages.size());
   std::vector<size_t> arrivedBytes(messages.size());
+  std::vector<FabricTransport::Ticket> headers;
   for (size_t i = 0; i < messages.size(); ++i) {
     const HeaderedMessage& message = messages[i];
+    const char* payload = static_cast<const char*>(message.payload);
     if (message.isSend && message.payloadBytes <= inlineBytes) {
       std::vector<char> whole(static_cast<const char*>(message.header),
                               static_cast<const char*>(message.header) + headerBytes);
-      whole.insert(whole.end(), static_cast<const char*>(message.payload),
-                   static_cast<const char*>(message.payload) + message.payloadBytes);
+      whole.insert(whole.end(), payload, payload + message.payloadBytes);
       fabric.postBufferedSend(message.peer, whole.data(), whole.size());
     } else if (message.isSend) {
       fabric.postBufferedSend(message.peer, message.header, headerBytes);
-      fabric.postBufferedSend(message.peer, message.payload, message.payloadBytes);
+      if (payloadsInPlace)
+        forEachPiece(message.payloadBytes, [&](size_t offset, size_t length) {
+          fabric.postSend(message.peer, payload + offset, length);
+        });
+      else
+        fabric.postBufferedSend(message.peer, payload, message.payloadBytes, kPayloadPieceBytes);
     } else {
       arrived[i].reset(new char[room]);
-      fabric.postRecvUpTo(message.peer, arrived[i].get(), room, &arrivedBytes[i]);
+      headers.push_back(fabric.postRecvUpTo(message.peer, arrived[i].get(), room, &arrivedBytes[i]));
     }
   }
-  fabric.waitAll(what);  // every header: now the payloads' sizes are known
-  bool more = false;
+  // Every header: now the payloads' sizes are known. (Payloads sent in
+  // place wait for their receives, posted below and by the peers.)
+  for (FabricTransport::Ticket header : headers) fabric.waitFor(header, what);
   for (size_t i = 0; i < messages.size(); ++i) {
     if (messages[i].isSend) continue;
     std::memcpy(messages[i].header, arrived[i].get(), headerBytes);
@@ -584,11 +629,12 @@ void exchangeHeadered(FabricTransport& fabric, const std::vector<HeaderedMessage
                                     std::to_string(payload.second) + " bytes behind its header");
       std::memcpy(payload.first, arrived[i].get() + headerBytes, payload.second);
     } else {
-      fabric.postRecv(messages[i].peer, payload.first, payload.second);
-      more = true;
+      forEachPiece(payload.second, [&](size_t offset, size_t length) {
+        fabric.postRecv(messages[i].peer, static_cast<char*>(payload.first) + offset, length);
+      });
     }
   }
-  if (more) fabric.waitAll(what);
+  fabric.waitAll(what);
 }
 
 }  // namespace mojoccl

@@ -71,8 +71,10 @@ class FabricTransport {
   // (ofi_rxm: its buffer, FI_OFI_RXM_BUFFER_SIZE, less room for its header);
   // maxMessage() where the provider says nothing of it.
   size_t eagerMessage() const { return eagerMessage_; }
-  // Copies the message and posts it: it completes on its own.
-  void postBufferedSend(int peer, const void* data, size_t bytes);
+  // Copies the message and posts it, in messages of `piece` bytes (whole
+  // ones, then the rest: the receiver posts as many), each as soon as it is
+  // copied: it completes on its own.
+  void postBufferedSend(int peer, const void* data, size_t bytes, size_t piece = SIZE_MAX);
   // Progresses every message posted with postSend/postRecv to completion.
   // `what` names the operation in errors ("ncclAllReduce(...) across nodes").
   void waitAll(const std::string& what);
@@ -188,7 +190,7 @@ class FabricTransport {
   std::vector<std::unique_ptr<std::vector<char>>> spareCopies_;
   static constexpr size_t kSpareCopies = 4;
   static constexpr size_t kLargestSpareCopy = size_t{256} << 20;
-  std::shared_ptr<std::vector<char>> copyOf(const void* data, size_t bytes);  // mutex_ held
+  std::shared_ptr<std::vector<char>> spareCopy(size_t bytes);  // of `bytes`, to fill; mutex_ held
 
   // libfabric is used from one thread at a time (FI_THREAD_DOMAIN).
   std::mutex mutex_;
@@ -226,13 +228,16 @@ struct HeaderedMessage {
 };
 
 // Posts `messages` in order (sends buffered: header and payload go at once,
-// and every header receive), waits for them; then `receiveInto(i)` says
-// where the payload of receive `messages[i]` goes and how long it is, and
-// those receives are posted and waited for. A payload that fits with its
-// header in a message the provider sends at once (eagerMessage()) travels
-// in its header's message: one message, one wait.
+// and every header receive), waits for the headers; then `receiveInto(i)`
+// says where the payload of receive `messages[i]` goes and how long it is,
+// and those receives are posted and everything is waited for. A payload
+// that fits with its header in a message the provider sends at once
+// (eagerMessage()) travels in its header's message: one message, one wait;
+// a larger one in pieces of 1 MiB. `payloadsInPlace`: the payloads are sent
+// from the caller's memory, not copied first, which is only safe where
+// every receiver posts its receives in the same call (an all-to-all).
 void exchangeHeadered(FabricTransport& fabric, const std::vector<HeaderedMessage>& messages,
-                      size_t headerBytes,
+                      size_t headerBytes, bool payloadsInPlace,
                       const std::function<std::pair<void*, size_t>(size_t index)>& receiveInto,
                       const std::string& what);
 

@@ -114,6 +114,18 @@ ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatyp
 ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
                       ncclComm_t comm, ncclStream_t stream);
 
+/* An all-to-all (RCCL's call; NCCL has none): every rank sends
+ * sendcounts[p] elements from sendbuff + sdispls[p] to rank p and receives
+ * recvcounts[p] elements from it into recvbuff + rdispls[p] (counts and
+ * displacements in elements; the part to itself is copied). A collective:
+ * every rank of `comm` calls it. A part whose size differs from what its
+ * receiver expects is consumed and reported, naming both sides. Between
+ * nodes each part goes from sendbuff as it is, not copied first as a
+ * send's is, since every rank's receives are posted in the same call. */
+ncclResult_t ncclAllToAllv(const void* sendbuff, const size_t sendcounts[], const size_t sdispls[],
+                           void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
+                           ncclDataType_t datatype, ncclComm_t comm, ncclStream_t stream);
+
 ncclResult_t ncclGroupStart(void);
 ncclResult_t ncclGroupEnd(void);
 
