@@ -319,9 +319,15 @@ void networkBroadcast(const NetworkGroup& group, void* data, size_t bytes, int r
   std::vector<int> children;
   for (int below = mask >> 1; below > 0; below >>= 1)
     if (relative + below < n) children.push_back(member(relative + below));
-  // Segment by segment, each passed on as it lands.
+  // Segment by segment, each passed on as it lands: a quarter of the data,
+  // from 256 KiB to 1 MiB. Over tcp, between 2 nodes, 1 MiB in four goes
+  // in 0.5-0.75 of the time it takes whole (sent one way, a message's
+  // rendezvous is not hidden behind the other direction's, as in a swap,
+  // where smaller segments were slower); from 4 MiB, 1 MiB segments are
+  // the fastest.
   std::vector<std::pair<char*, size_t>> segments;
-  forEachChunk(bytes, kSegmentBytes, [&](size_t offset, size_t length) {
+  const size_t segmentBytes = std::clamp(bytes / 4, kSegmentBytes / 4, kSegmentBytes);
+  forEachChunk(bytes, segmentBytes, [&](size_t offset, size_t length) {
     segments.push_back({static_cast<char*>(data) + offset, length});
   });
   std::vector<FabricTransport::Ticket> arrivals;
