@@ -158,6 +158,17 @@ def test_an_algorithm_setting_that_differs_between_ranks_fails_every_rank(variab
             in result.stdout, result.stdout
 
 
+def test_an_eager_size_that_differs_between_ranks_fails_every_rank():
+    # Leaders' frames go in pieces and segments are cut by this size.
+    results = run_worker("ccl", 2, "init", env=FABRIC, timeout=60, rank_env={
+        0: {"MOJOCCL_HOSTID": "a", "FI_OFI_RXM_EAGER_LIMIT": "16384"},
+        1: {"MOJOCCL_HOSTID": "b"},
+    })
+    for result in results:
+        assert ("The provider's eager message size (FI_OFI_RXM_EAGER_LIMIT, FI_OFI_RXM_BUFFER_SIZE) is '16128' on "
+                "rank 0 and '130816' on rank 1: set it alike on every rank") in result.stdout, result.stdout
+
+
 def test_rails_each_local_rank_on_its_own_domain():
     # Nodes of 2 ranks, interleaved: local rank i of each node carries slice
     # i of a large all-reduce on its own endpoint, here on its own domain of

@@ -112,6 +112,10 @@ void Comm::openFabric(Bootstrap& bootstrap) {
   rails_ = railsSetting == "1" && nodes_[0].size() > 1 &&
            std::all_of(nodes_.begin(), nodes_.end(), [&](const auto& node) { return node.size() == nodes_[0].size(); });
   fabric_ = std::make_unique<FabricTransport>(bootstrap, rank_, localIndex_, aborted_, timeoutSeconds);
+  // Frames go in pieces, and segments are cut, by this size: ranks that
+  // cut differently would not meet.
+  bootstrap.requireSameSetting("The provider's eager message size (FI_OFI_RXM_EAGER_LIMIT, FI_OFI_RXM_BUFFER_SIZE)",
+                               std::to_string(fabric_->eagerMessage()));
   fabric_->traceRegistrations(trace);
   watch_ = std::make_unique<PeerWatch>(bootstrap, nodes_, node_, rank_, *shm_, timeoutSeconds);
   // A rank waiting on another node waits on no one here: the node's alarm

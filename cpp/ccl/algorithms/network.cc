@@ -16,10 +16,20 @@ namespace mojoccl {
 
 namespace {
 
-// A ring step's slice travels in segments of about this much: several in
-// flight keep the wire busy, and the reduction of one overlaps the
-// transfer of the next.
+// A message (a ring step's slice, a block, a broadcast) travels in
+// segments: several in flight keep the wire busy, and the reduction of one
+// overlaps the transfer of the next. Up to 8 MiB, each as large as the
+// provider sends without a rendezvous round trip (eagerMessage(), at most
+// 1 MiB); past that, 1 MiB. Over tcp (eager up to 128 KiB), between 2
+// nodes, eager segments took the all-reduce of 256 KiB from 169 to 101 us,
+// 1 MiB from 530 to 432, 4 MiB from 2,300 to 1,700 and the all-gather of
+// 4 MiB from 880 to 700; from 32 MiB they were as fast or up to 7% slower.
 constexpr size_t kSegmentBytes = size_t{1} << 20;
+constexpr size_t kEagerSegmentsUpTo = size_t{8} << 20;
+
+size_t segmentBytesFor(const NetworkGroup& group, size_t bytes) {
+  return bytes <= kEagerSegmentsUpTo ? std::min(group.fabric.eagerMessage(), kSegmentBytes) : kSegmentBytes;
+}
 
 struct Segment {
   Slice slice;
@@ -27,8 +37,10 @@ struct Segment {
 };
 
 // `slice` cut into segments (one, if empty: an empty message still travels).
-std::vector<Segment> segmentsOf(Slice slice, size_t elementSize) {
-  const size_t perSegment = std::max<size_t>(1, kSegmentBytes / elementSize);
+// Sender and receiver cut the same slice alike.
+std::vector<Segment> segmentsOf(const NetworkGroup& group, Slice slice, size_t elementSize) {
+  const size_t bytes = (slice.end - slice.begin) * elementSize;
+  const size_t perSegment = std::max<size_t>(1, segmentBytesFor(group, bytes) / elementSize);
   std::vector<Segment> segments;
   forEachChunk(slice.end - slice.begin, perSegment, [&](size_t offset, size_t count) {
     segments.push_back({{slice.begin + offset, slice.begin + offset + count}});
@@ -75,7 +87,7 @@ void networkReduceScatter(const NetworkGroup& group, void* data, const std::vect
     const Slice in = slice(step + 1);
     std::vector<char>& into = incoming[step % 2];
     into.resize(bytesOf(in, size));
-    std::vector<Segment> segments = segmentsOf(in, size);
+    std::vector<Segment> segments = segmentsOf(group, in, size);
     for (Segment& segment : segments)
       segment.arrival = fabric.postRecv(previous, into.data() + (segment.slice.begin - in.begin) * size,
                                         bytesOf(segment.slice, size));
@@ -83,7 +95,7 @@ void networkReduceScatter(const NetworkGroup& group, void* data, const std::vect
   };
   std::vector<FabricTransport::Ticket> sent;
   std::vector<Segment> arriving = receiveStep(0);
-  for (const Segment& segment : segmentsOf(slice(0), size)) sent.push_back(sendOn(segment.slice));
+  for (const Segment& segment : segmentsOf(group, slice(0), size)) sent.push_back(sendOn(segment.slice));
   for (int step = 0; step < n - 1; ++step) {
     std::vector<Segment> following = step + 1 < n - 1 ? receiveStep(step + 1) : std::vector<Segment>{};
     const Slice in = slice(step + 1);
@@ -124,7 +136,7 @@ void networkAllReduce(const NetworkGroup& group, void* data, size_t count, ncclD
   // written here are complete).
   std::vector<std::vector<Segment>> gathered;
   for (int step = 0; step < n - 1; ++step) {
-    gathered.push_back(segmentsOf(slice(group.self - step), size));
+    gathered.push_back(segmentsOf(group, slice(group.self - step), size));
     for (Segment& segment : gathered.back())
       segment.arrival = fabric.postRecv(previous, bytesAt(data, segment.slice.begin, size), bytesOf(segment.slice, size));
   }
@@ -143,7 +155,7 @@ namespace {
 std::vector<FabricTransport::Ticket> postSegments(const NetworkGroup& group, bool isSend, int member, void* buffer,
                                                   Slice slice, size_t elementSize) {
   std::vector<FabricTransport::Ticket> tickets;
-  for (const Segment& segment : segmentsOf(slice, elementSize)) {
+  for (const Segment& segment : segmentsOf(group, slice, elementSize)) {
     char* at = bytesAt(buffer, segment.slice.begin, elementSize);
     const size_t bytes = bytesOf(segment.slice, elementSize);
     tickets.push_back(isSend ? group.fabric.postSend(group.ranks[member], at, bytes)
@@ -162,7 +174,7 @@ void combineSlice(const NetworkGroup& group, int partner, void* data, void* inco
   const auto arrivals = postSegments(group, false, partner, incoming, slice, size);
   const auto departures = sendOurs ? postSegments(group, true, partner, data, slice, size)
                                    : std::vector<FabricTransport::Ticket>{};
-  const std::vector<Segment> segments = segmentsOf(slice, size);
+  const std::vector<Segment> segments = segmentsOf(group, slice, size);
   for (size_t i = 0; i < segments.size(); ++i) {
     const Slice piece = segments[i].slice;
     group.fabric.waitFor(arrivals[i], group.what);
@@ -319,14 +331,11 @@ void networkBroadcast(const NetworkGroup& group, void* data, size_t bytes, int r
   std::vector<int> children;
   for (int below = mask >> 1; below > 0; below >>= 1)
     if (relative + below < n) children.push_back(member(relative + below));
-  // Segment by segment, each passed on as it lands: a quarter of the data,
-  // from 256 KiB to 1 MiB. Over tcp, between 2 nodes, 1 MiB in four goes
-  // in 0.5-0.75 of the time it takes whole (sent one way, a message's
-  // rendezvous is not hidden behind the other direction's, as in a swap,
-  // where smaller segments were slower); from 4 MiB, 1 MiB segments are
-  // the fastest.
+  // Segment by segment, each passed on as it lands (between 2 nodes, eager
+  // segments took 1 MiB in 143 us, 1 MiB ones in 194-243, one message in
+  // 308-330).
   std::vector<std::pair<char*, size_t>> segments;
-  const size_t segmentBytes = std::clamp(bytes / 4, kSegmentBytes / 4, kSegmentBytes);
+  const size_t segmentBytes = segmentBytesFor(group, bytes);
   forEachChunk(bytes, segmentBytes, [&](size_t offset, size_t length) {
     segments.push_back({static_cast<char*>(data) + offset, length});
   });
@@ -342,8 +351,9 @@ void networkBroadcast(const NetworkGroup& group, void* data, size_t bytes, int r
 
 void networkAllGather(const NetworkGroup& group, const std::vector<char*>& blocks,
                       const std::vector<size_t>& blockBytes) {
-  // In 1 MiB segments, as the ring's, several in flight (between 2 nodes,
-  // 16 MiB in all: 11% faster than one message each way, 64 MiB 28%).
+  // In segments, as the ring's, several in flight (between 2 nodes, 1 MiB
+  // segments took 16 MiB in all 11% faster than one message each way,
+  // 64 MiB 28%).
   const auto whole = [&](int member) { return Slice{0, blockBytes[member]}; };
   for (int member = 0; member < group.size(); ++member)
     if (member != group.self) postSegments(group, false, member, blocks[member], whole(member), 1);
