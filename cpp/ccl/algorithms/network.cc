@@ -17,20 +17,8 @@ namespace mojoccl {
 namespace {
 
 // A message (a ring step's slice, a block, a broadcast) travels in
-// segments: several in flight keep the wire busy, and the reduction of one
-// overlaps the transfer of the next. Up to 8 MiB, each as large as the
-// provider sends without a rendezvous round trip (eagerMessage(), at most
-// 1 MiB); past that, 1 MiB. Over tcp (eager up to 128 KiB), between 2
-// nodes, eager segments took the all-reduce of 256 KiB from 169 to 101 us,
-// 1 MiB from 530 to 432, 4 MiB from 2,300 to 1,700 and the all-gather of
-// 4 MiB from 880 to 700; from 32 MiB they were as fast or up to 7% slower.
-constexpr size_t kSegmentBytes = size_t{1} << 20;
-constexpr size_t kEagerSegmentsUpTo = size_t{8} << 20;
-
-size_t segmentBytesFor(const NetworkGroup& group, size_t bytes) {
-  return bytes <= kEagerSegmentsUpTo ? std::min(group.fabric.eagerMessage(), kSegmentBytes) : kSegmentBytes;
-}
-
+// segments (FabricTransport::segmentFor): several in flight keep the wire
+// busy, and the reduction of one overlaps the transfer of the next.
 struct Segment {
   Slice slice;
   FabricTransport::Ticket arrival = 0;
@@ -40,7 +28,7 @@ struct Segment {
 // Sender and receiver cut the same slice alike.
 std::vector<Segment> segmentsOf(const NetworkGroup& group, Slice slice, size_t elementSize) {
   const size_t bytes = (slice.end - slice.begin) * elementSize;
-  const size_t perSegment = std::max<size_t>(1, segmentBytesFor(group, bytes) / elementSize);
+  const size_t perSegment = std::max<size_t>(1, group.fabric.segmentFor(bytes) / elementSize);
   std::vector<Segment> segments;
   forEachChunk(slice.end - slice.begin, perSegment, [&](size_t offset, size_t count) {
     segments.push_back({{slice.begin + offset, slice.begin + offset + count}});
@@ -331,11 +319,9 @@ void networkBroadcast(const NetworkGroup& group, void* data, size_t bytes, int r
   std::vector<int> children;
   for (int below = mask >> 1; below > 0; below >>= 1)
     if (relative + below < n) children.push_back(member(relative + below));
-  // Segment by segment, each passed on as it lands (between 2 nodes, eager
-  // segments took 1 MiB in 143 us, 1 MiB ones in 194-243, one message in
-  // 308-330).
+  // Segment by segment, each passed on as it lands.
   std::vector<std::pair<char*, size_t>> segments;
-  const size_t segmentBytes = segmentBytesFor(group, bytes);
+  const size_t segmentBytes = group.fabric.segmentFor(bytes);
   forEachChunk(bytes, segmentBytes, [&](size_t offset, size_t length) {
     segments.push_back({static_cast<char*>(data) + offset, length});
   });

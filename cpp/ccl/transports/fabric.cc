@@ -245,6 +245,18 @@ FabricTransport::Ticket FabricTransport::postRecvUpTo(int peer, void* data, size
   return postOrCancel(peer, false, static_cast<char*>(data), bytes, nullptr, received);
 }
 
+// Several pieces in flight keep the wire busy, and a reduction of one
+// overlaps the transfer of the next. Over tcp (eager up to 128 KiB),
+// between 2 nodes, eager pieces took the all-reduce of 256 KiB from 169 to
+// 101 us, 1 MiB from 530 to 432 and 4 MiB from 2,300 to 1,700, the
+// broadcast of 1 MiB from 194-243 to 143, the all-to-all of 256 KiB from
+// 103 to 55 and a point-to-point swap of 256 KiB from 96-213 to 71; from
+// 32 MiB they were as fast as 1 MiB pieces or up to 7% slower.
+size_t FabricTransport::segmentFor(size_t bytes) const {
+  constexpr size_t kLargePiece = size_t{1} << 20, kEagerPiecesUpTo = size_t{8} << 20;
+  return bytes <= kEagerPiecesUpTo ? std::min(eagerMessage_, kLargePiece) : kLargePiece;
+}
+
 void FabricTransport::postBufferedSend(int peer, const void* data, size_t bytes, size_t piece) {
   std::shared_ptr<std::vector<char>> copy;
   {
@@ -568,16 +580,12 @@ void FabricTransport::failRequest(const fi_cq_err_entry& error, const std::strin
 
 namespace {
 
-// A large payload goes in messages of this much: several in flight, and,
-// where it is copied first, the first travels while the rest is copied.
-constexpr size_t kPayloadPieceBytes = size_t{1} << 20;
-
 // The pieces of a payload of `bytes` (more than fit with a header), as
 // sender and receiver both count them: whole ones, then the rest.
 template <typename Body>
-void forEachPiece(size_t bytes, Body body) {
-  for (size_t offset = 0; offset < bytes; offset += kPayloadPieceBytes)
-    body(offset, std::min(kPayloadPieceBytes, bytes - offset));
+void forEachPiece(const FabricTransport& fabric, size_t bytes, Body body) {
+  const size_t piece = fabric.segmentFor(bytes);
+  for (size_t offset = 0; offset < bytes; offset += piece) body(offset, std::min(piece, bytes - offset));
 }
 
 }  // namespace
@@ -605,11 +613,11 @@ void exchangeHeadered(FabricTransport& fabric, const std::vector<HeaderedMessage
     } else if (message.isSend) {
       fabric.postBufferedSend(message.peer, message.header, headerBytes);
       if (payloadsInPlace)
-        forEachPiece(message.payloadBytes, [&](size_t offset, size_t length) {
+        forEachPiece(fabric, message.payloadBytes, [&](size_t offset, size_t length) {
           fabric.postSend(message.peer, payload + offset, length);
         });
       else
-        fabric.postBufferedSend(message.peer, payload, message.payloadBytes, kPayloadPieceBytes);
+        fabric.postBufferedSend(message.peer, payload, message.payloadBytes, fabric.segmentFor(message.payloadBytes));
     } else {
       arrived[i].reset(new char[room]);
       headers.push_back(fabric.postRecvUpTo(message.peer, arrived[i].get(), room, &arrivedBytes[i]));
@@ -629,7 +637,7 @@ void exchangeHeadered(FabricTransport& fabric, const std::vector<HeaderedMessage
                                     std::to_string(payload.second) + " bytes behind its header");
       std::memcpy(payload.first, arrived[i].get() + headerBytes, payload.second);
     } else {
-      forEachPiece(payload.second, [&](size_t offset, size_t length) {
+      forEachPiece(fabric, payload.second, [&](size_t offset, size_t length) {
         fabric.postRecv(messages[i].peer, static_cast<char*>(payload.first) + offset, length);
       });
     }

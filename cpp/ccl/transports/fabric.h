@@ -71,6 +71,10 @@ class FabricTransport {
   // (ofi_rxm: its buffer, FI_OFI_RXM_BUFFER_SIZE, less room for its header);
   // maxMessage() where the provider says nothing of it.
   size_t eagerMessage() const { return eagerMessage_; }
+  // The pieces a message of `bytes` moves fastest in, several in flight:
+  // up to 8 MiB, eagerMessage() (at most 1 MiB); past that, 1 MiB.
+  // Sender and receiver cut a message alike.
+  size_t segmentFor(size_t bytes) const;
   // Copies the message and posts it, in messages of `piece` bytes (whole
   // ones, then the rest: the receiver posts as many), each as soon as it is
   // copied: it completes on its own.
@@ -233,7 +237,7 @@ struct HeaderedMessage {
 // and those receives are posted and everything is waited for. A payload
 // that fits with its header in a message the provider sends at once
 // (eagerMessage()) travels in its header's message: one message, one wait;
-// a larger one in pieces of 1 MiB. `payloadsInPlace`: the payloads are sent
+// a larger one in pieces (segmentFor()). `payloadsInPlace`: the payloads are sent
 // from the caller's memory, not copied first, which is only safe where
 // every receiver posts its receives in the same call (an all-to-all).
 void exchangeHeadered(FabricTransport& fabric, const std::vector<HeaderedMessage>& messages,
