@@ -309,6 +309,9 @@ void Comm::reduce(const void* send, void* recv, size_t count, ncclDataType_t dat
 void Comm::transfer(const std::vector<PointToPoint>& batch, Exchange exchange) {
   std::vector<Transfer> transfers;  // within this node: peer is the local index
   std::vector<Transfer> remote;     // across nodes: peer is the rank
+  // Each send and receive is a call of its own; an all-to-all is one.
+  const bool collective = exchange == Exchange::Collective;
+  const uint64_t exchangeCall = collective ? ++calls_ : 0;
   for (const auto& request : batch) {
     if (request.peer < 0 || request.peer >= size_)
       fail(ncclInvalidArgument, "peer " + std::to_string(request.peer) + " is outside 0.." +
@@ -320,9 +323,8 @@ void Comm::transfer(const std::vector<PointToPoint>& batch, Exchange exchange) {
     const bool here = nodeOfRank_[request.peer] == node_;
     (here ? transfers : remote)
         .push_back({request.isSend, here ? shm_->indexOf(request.peer) : request.peer, request.buffer,
-                    request.count, request.datatype, ++calls_});
+                    request.count, request.datatype, collective ? exchangeCall : ++calls_});
   }
-  const bool collective = exchange == Exchange::Collective;
   std::string what = collective ? "ncclAllToAllv"
                      : batch.size() == 1
                          ? std::string(batch[0].isSend ? "ncclSend to rank " : "ncclRecv from rank ") +
