@@ -111,6 +111,7 @@ FabricTransport::FabricTransport(Bootstrap& bootstrap, int rank, int localIndex,
   maxMessage_ = std::min(info_->ep_attr->max_msg_size, kMaxPiece);
   if (staging_) maxMessage_ = std::min(maxMessage_, staging_->slotBytes);
   eagerMessage_ = std::min(maxMessage_, eagerBytes(info_));
+  injectBytes_ = info_->tx_attr->inject_size;
   regionWatch_ = watchRegionFrees([this](uint64_t id) { forgetRegion(id); });
 }
 
@@ -350,20 +351,36 @@ FabricTransport::Ticket FabricTransport::post(int peer, bool isSend, char* base,
       waitingForSlot_[isSend].push_back(&request);
       continue;
     }
-    while (!submit(request, request.user, descriptor)) {
+    while (!submit(request, request.user, descriptor, /*mayInject=*/true)) {
       progress(what());  // the queue is full: completions make room
       if (aborted_.load()) fail(ncclInvalidUsage, "the communicator was aborted");
       if (checkPeers_) checkPeers_({peer}, std::chrono::steady_clock::now() - start);
       if (std::chrono::steady_clock::now() - start > std::chrono::seconds(timeoutSeconds_))
         failTimedOut(what(), peer);
     }
+    if (request.done) pending_.pop_back();  // injected: nothing will complete it
   } while (offset < bytes);
   submitStaged();
   return ticket;
 }
 
-// Hands one message to the provider; false when its queue is full.
-bool FabricTransport::submit(Request& request, char* wire, void* descriptor) {
+// Hands one message to the provider; false when its queue is full. A
+// small send may go inject (`mayInject`): the provider copies it at once
+// and reports no completion, so the request is complete on return (over
+// tcp, up to 64 bytes: a point-to-point swap of 8 bytes 9.2-9.7 us rather
+// than 10.2-10.6).
+bool FabricTransport::submit(Request& request, char* wire, void* descriptor, bool mayInject) {
+  if (mayInject && request.isSend && request.bytes <= injectBytes_) {
+    const ssize_t result = fi_tinject(endpoint_, wire, request.bytes, addresses_[request.peer], request.tag);
+    if (result == 0) {
+      complete(request, request.bytes, "");
+      return true;
+    }
+    if (result != -FI_EAGAIN)
+      fail(ncclSystemError, "posting a send to rank " + std::to_string(request.peer) + " failed: " +
+                                library_.strerror(static_cast<int>(-result)));
+    return false;
+  }
   ssize_t result =
       request.isSend ? fi_tsend(endpoint_, wire, request.bytes, descriptor, addresses_[request.peer], request.tag,
                                 &request.context)

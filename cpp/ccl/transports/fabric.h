@@ -134,7 +134,7 @@ class FabricTransport {
   };
   void openStaging();
   void registerStaging();  // at the first staged message
-  bool submit(Request& request, char* wire, void* descriptor);
+  bool submit(Request& request, char* wire, void* descriptor, bool mayInject = false);
   void submitStaged();
   // With mutex_ held, as every function below.
   Ticket post(int peer, bool isSend, char* base, size_t bytes,
@@ -176,6 +176,7 @@ class FabricTransport {
   std::vector<uint32_t> sent_, received_;  // messages posted per peer, each way
   size_t maxMessage_;
   size_t eagerMessage_;
+  size_t injectBytes_ = 0;  // the largest send the provider takes inject
   int timeoutSeconds_;
   PeerCheck checkPeers_;
   // A wait polls (yielding its core between polls) this long without a
