@@ -99,7 +99,7 @@ void Comm::openFabric(Bootstrap& bootstrap) {
     forcedLocalRegistration();  // read here so that a bad value fails every rank at once
     stagingMegabytes();
     networkAlgorithms_ = NetworkAlgorithms::fromEnv();
-    directFrameNodes_ = static_cast<int>(envInt("MOJOCCL_NET_DIRECT_NODES", kDirectFrameNodes, 1, 1 << 20));
+    directNodes_ = static_cast<int>(envInt("MOJOCCL_NET_DIRECT_NODES", kDirectNodes, 1, 1 << 20));
     railsSetting = envChoice("MOJOCCL_NET_RAILS", "1", {"0", "1"});
     LibFabric::get();
   } catch (const Error& error) {
@@ -108,7 +108,7 @@ void Comm::openFabric(Bootstrap& bootstrap) {
   bootstrap.agreeOnSuccess(failure.empty(), failure);
   bootstrap.requireSameSetting("MOJOCCL_NET_ALGO", NetworkAlgorithms::setting());
   bootstrap.requireSameSetting("MOJOCCL_NET_RAILS", railsSetting);
-  bootstrap.requireSameSetting("MOJOCCL_NET_DIRECT_NODES", std::to_string(directFrameNodes_));
+  bootstrap.requireSameSetting("MOJOCCL_NET_DIRECT_NODES", std::to_string(directNodes_));
   rails_ = railsSetting == "1" && nodes_[0].size() > 1 &&
            std::all_of(nodes_.begin(), nodes_.end(), [&](const auto& node) { return node.size() == nodes_[0].size(); });
   fabric_ = std::make_unique<FabricTransport>(bootstrap, rank_, localIndex_, aborted_, timeoutSeconds);

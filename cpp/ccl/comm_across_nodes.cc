@@ -111,7 +111,7 @@ std::string Comm::exchangeNodeFrames(const Call& call, size_t payloadBytes) {
   std::vector<char*> frames;
   for (size_t node = 0; node < nodes_.size(); ++node) frames.push_back(frame(node));
   std::vector<size_t> received;
-  const auto exchange = static_cast<int>(nodes_.size()) <= directFrameNodes_ ? networkExchangeFrames
+  const auto exchange = static_cast<int>(nodes_.size()) <= directNodes_ ? networkExchangeFrames
                                                                               : networkGatherFrames;
   exchange(leaders(call), frames, sizeof(NodeReport) + payloadBytes, kFrameRoom, received);
   return disagreementAcrossNodes(frames[0], kFrameRoom);
@@ -324,23 +324,21 @@ void Comm::allGatherAcrossNodes(const Call& call) {
   const size_t block = call.count * datatypeSize(call.datatype);
   const bool inPlace = nodesAreRankRanges();
   char* gathered = inPlace ? static_cast<char*>(call.recv) : scratch(block * size_);
-  std::vector<char*> nodeBlocks;
-  std::vector<size_t> nodeBytes;
-  size_t offset = 0;
+  std::vector<Slice> nodeBlocks;  // in bytes of `gathered`, in node order
   for (const auto& node : nodes_) {
-    nodeBlocks.push_back(gathered + offset);
-    nodeBytes.push_back(node.size() * block);
-    offset += nodeBytes.back();
+    const size_t begin = nodeBlocks.empty() ? 0 : nodeBlocks.back().end;
+    nodeBlocks.push_back({begin, begin + node.size() * block});
   }
   Call inNode = call;
-  inNode.recv = nodeBlocks[node_];
+  inNode.recv = gathered + nodeBlocks[node_].begin;
   localAllGather(inNode);
   if (isLeader()) {
-    networkAllGather(leaders(call), nodeBlocks, nodeBytes);
+    const auto allGather = static_cast<int>(nodes_.size()) <= directNodes_ ? networkAllGather : networkAllGatherRing;
+    allGather(leaders(call), gathered, nodeBlocks);
     for (size_t node = 0; node < nodes_.size() && !inPlace; ++node)
       for (size_t i = 0; i < nodes_[node].size(); ++i)
-        std::memcpy(static_cast<char*>(call.recv) + nodes_[node][i] * block, nodeBlocks[node] + i * block,
-                    block);
+        std::memcpy(static_cast<char*>(call.recv) + nodes_[node][i] * block,
+                    gathered + nodeBlocks[node].begin + i * block, block);
   }
   Call fromLeader = call;
   fromLeader.kind = CallKind::Broadcast;

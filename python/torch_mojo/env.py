@@ -192,10 +192,11 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "MOJOCCL_NET_DIRECT_NODES",
         "16",
-        "up to this many nodes the leaders exchange each call's frames (the agreement on the call, "
-        "and the data of collectives up to 64 KiB) directly, each sending every other one a message "
-        "in one step; past it by Bruck's all-gather, ceil(log2 of the node count) steps of one "
-        "message each. Must be the same on every rank",
+        "up to this many nodes the leaders exchange directly, each sending every other one a message "
+        "in one step: each call's frames (the agreement on the call, and the data of collectives up "
+        "to 64 KiB) and a larger all-gather's blocks; past it the frames go by Bruck's all-gather, "
+        "ceil(log2 of the node count) steps of one message each, and the blocks round the ring "
+        "(each leader sending to one leader and receiving from another). Must be the same on every rank",
         int_range=(1, 1048576),
     ),
     Variable(

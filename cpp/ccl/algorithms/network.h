@@ -70,10 +70,17 @@ void networkReduceScatterHalving(const NetworkGroup& group, void* data, const st
 // binomial tree (log2(size) rounds), pipelined in segments.
 void networkBroadcast(const NetworkGroup& group, void* data, size_t bytes, int root);
 
-// Every member's block (of its own size) to every member: blocks[i] holds
-// member i's block; ours is read, the others are written.
-void networkAllGather(const NetworkGroup& group, const std::vector<char*>& blocks,
-                      const std::vector<size_t>& blockBytes);
+// Every member's block (of its own size) to every member, in place:
+// blocks[i] is where member i's block lies in `data` (in bytes); ours is
+// read, the others are written. Directly: each member sends its block to
+// every other one, one step of size - 1 messages.
+void networkAllGather(const NetworkGroup& group, char* data, const std::vector<Slice>& blocks);
+
+// The same round the ring: size - 1 steps, each member sending and
+// receiving one block per step (passing each segment on as it lands), the
+// same bytes as directly, but two peers per member rather than all of
+// them: for many members.
+void networkAllGatherRing(const NetworkGroup& group, char* data, const std::vector<Slice>& blocks);
 
 // Every member sends every other its frame (`sendBytes` from
 // frames[self]: what it says of the call at the front, its data behind),
