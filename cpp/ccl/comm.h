@@ -218,6 +218,7 @@ class Comm {
   std::vector<char> scratch_;
   std::vector<char> frames_;  // what the leaders exchange to agree on a call
   std::vector<float> wide_;  // half-type data in float32, across nodes
+  ReceiveRoom receiveRoom_;  // what the algorithms between nodes receive into
   uint32_t rounds_ = 0;
   uint64_t calls_ = 0;
   std::atomic<bool> aborted_{false};

@@ -31,7 +31,7 @@ char* Comm::scratch(size_t bytes) {
 NetworkGroup Comm::rail(const Call& call, int index) {
   std::vector<int> ranks;
   for (const auto& node : nodes_) ranks.push_back(node[index]);
-  return {*fabric_, ranks, node_, call.describe() + " across nodes"};
+  return {*fabric_, receiveRoom_, ranks, node_, call.describe() + " across nodes"};
 }
 
 namespace {

@@ -70,14 +70,12 @@ void networkReduceScatter(const NetworkGroup& group, void* data, const std::vect
   auto sendOn = [&](Slice piece) { return fabric.postSend(next, bytesAt(data, piece.begin, size), bytesOf(piece, size)); };
   // Two buffers for the slices arriving from behind: the next step's
   // receives are posted while this step's segments are folded in.
-  std::vector<char> incoming[2];
   auto receiveStep = [&](int step) {
     const Slice in = slice(step + 1);
-    std::vector<char>& into = incoming[step % 2];
-    into.resize(bytesOf(in, size));
+    char* into = group.room.get(step % 2, bytesOf(in, size));
     std::vector<Segment> segments = segmentsOf(group, in, size);
     for (Segment& segment : segments)
-      segment.arrival = fabric.postRecv(previous, into.data() + (segment.slice.begin - in.begin) * size,
+      segment.arrival = fabric.postRecv(previous, into + (segment.slice.begin - in.begin) * size,
                                         bytesOf(segment.slice, size));
     return segments;
   };
@@ -87,7 +85,7 @@ void networkReduceScatter(const NetworkGroup& group, void* data, const std::vect
   for (int step = 0; step < n - 1; ++step) {
     std::vector<Segment> following = step + 1 < n - 1 ? receiveStep(step + 1) : std::vector<Segment>{};
     const Slice in = slice(step + 1);
-    const char* from = incoming[step % 2].data();
+    const char* from = group.room.get(step % 2, 0);
     for (const Segment& segment : arriving) {
       fabric.waitFor(segment.arrival, group.what);
       reduceWhilePolling(group, bytesAt(data, segment.slice.begin, size), bytesAt(data, segment.slice.begin, size),
@@ -201,7 +199,7 @@ int largestPowerOfTwoUpTo(int n) {
 // power of two).
 template <typename Core>
 void withExtraMembersFolded(const NetworkGroup& group, void* data, size_t count, ncclDataType_t datatype,
-                            ncclRedOp_t op, std::vector<char>& incoming, Core core) {
+                            ncclRedOp_t op, char* incoming, Core core) {
   const size_t size = datatypeSize(datatype);
   const int powerOfTwo = largestPowerOfTwoUpTo(group.size());
   const int self = group.self;
@@ -213,9 +211,8 @@ void withExtraMembersFolded(const NetworkGroup& group, void* data, size_t count,
     group.fabric.waitAll(group.what);
     return;
   }
-  incoming.resize(count * size);
   const bool foldsIn = self + powerOfTwo < group.size();
-  if (foldsIn) combineSlice(group, self + powerOfTwo, data, incoming.data(), whole, false, datatype, op);
+  if (foldsIn) combineSlice(group, self + powerOfTwo, data, incoming, whole, false, datatype, op);
   core(powerOfTwo);
   if (foldsIn) {
     postSegments(group, true, self + powerOfTwo, data, whole, size);
@@ -228,10 +225,10 @@ void withExtraMembersFolded(const NetworkGroup& group, void* data, size_t count,
 void networkAllReduceRecursiveDoubling(const NetworkGroup& group, void* data, size_t count,
                                        ncclDataType_t datatype, ncclRedOp_t op) {
   if (group.size() == 1) return;
-  std::vector<char> incoming;
+  char* incoming = group.room.get(0, count * datatypeSize(datatype));
   withExtraMembersFolded(group, data, count, datatype, op, incoming, [&](int powerOfTwo) {
     for (int distance = 1; distance < powerOfTwo; distance *= 2)
-      combineSlice(group, group.self ^ distance, data, incoming.data(), {0, count}, true, datatype, op);
+      combineSlice(group, group.self ^ distance, data, incoming, {0, count}, true, datatype, op);
   });
 }
 
@@ -239,7 +236,7 @@ void networkAllReduceRabenseifner(const NetworkGroup& group, void* data, size_t 
                                   ncclRedOp_t op) {
   if (group.size() == 1) return;
   const size_t size = datatypeSize(datatype);
-  std::vector<char> incoming;
+  char* incoming = group.room.get(0, count * size);
   withExtraMembersFolded(group, data, count, datatype, op, incoming, [&](int powerOfTwo) {
     const int self = group.self;
     // Member i ends the halving with part i whole; [first, last) are the
@@ -254,7 +251,7 @@ void networkAllReduceRabenseifner(const NetworkGroup& group, void* data, size_t 
       const Slice kept = upper ? parts(middle, last) : parts(first, middle);
       const Slice given = upper ? parts(first, middle) : parts(middle, last);
       postSegments(group, true, self ^ distance, data, given, size);
-      combineSlice(group, self ^ distance, data, incoming.data(), kept, false, datatype, op);
+      combineSlice(group, self ^ distance, data, incoming, kept, false, datatype, op);
       group.fabric.waitAll(group.what);  // the given half is written again in the gathering
       if (upper) first = middle; else last = middle;
     }
@@ -294,9 +291,9 @@ void networkReduceScatterHalving(const NetworkGroup& group, void* data, const st
     group.fabric.waitAll(group.what);
     return;
   }
-  std::vector<char> incoming(whole.end * size);
+  char* incoming = group.room.get(0, whole.end * size);
   const bool holdsTwo = self < 2 * paired;
-  if (holdsTwo) combineSlice(group, self - 1, data, incoming.data(), whole, false, datatype, op);
+  if (holdsTwo) combineSlice(group, self - 1, data, incoming, whole, false, datatype, op);
   const int halving = holdsTwo ? self / 2 : self - paired;
   int first = 0, last = powerOfTwo;
   for (int distance = powerOfTwo / 2; distance >= 1; distance /= 2) {
@@ -306,7 +303,7 @@ void networkReduceScatterHalving(const NetworkGroup& group, void* data, const st
     const Slice kept = upper ? parts(middle, last) : parts(first, middle);
     const Slice given = upper ? parts(first, middle) : parts(middle, last);
     postSegments(group, true, partner, data, given, size);
-    combineSlice(group, partner, data, incoming.data(), kept, false, datatype, op);
+    combineSlice(group, partner, data, incoming, kept, false, datatype, op);
     group.fabric.waitAll(group.what);
     if (upper) first = middle; else last = middle;
   }

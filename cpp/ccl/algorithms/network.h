@@ -13,8 +13,25 @@
 
 namespace mojoccl {
 
+// Where algorithms receive what they fold into their data, kept by the
+// communicator from call to call: a fresh buffer costs zeroing and a page
+// fault every 4 KiB (between 2 nodes, 23% of an all-reduce of 64 MiB).
+class ReceiveRoom {
+ public:
+  // Room `which` (0 or 1: a ring receives into one while it folds from the
+  // other) of at least `bytes`; what it held is not kept.
+  char* get(int which, size_t bytes) {
+    if (buffers_[which].size() < bytes) buffers_[which].resize(bytes);
+    return buffers_[which].data();
+  }
+
+ private:
+  std::vector<char> buffers_[2];
+};
+
 struct NetworkGroup {
   FabricTransport& fabric;
+  ReceiveRoom& room;
   std::vector<int> ranks;  // communicator ranks, in group order
   int self;                // our index in `ranks`
   std::string what;        // the caller's operation, for errors
