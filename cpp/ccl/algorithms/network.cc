@@ -448,6 +448,8 @@ void networkGatherFrames(const NetworkGroup& group, const std::vector<char*>& fr
     const int count = std::min(held, n - held);
     const int to = (self - held + n) % n, from = (self + held) % n;
     incoming.resize(count * slot);
+    // Both sides cut the message by the room for `count` frames, which
+    // they compute alike: the pieces match.
     PiecedReceive arriving(group, from, incoming.data(), incoming.size(), pieceFor(group, incoming.size()));
     outgoing.clear();
     for (int k = 0; k < count; ++k) {

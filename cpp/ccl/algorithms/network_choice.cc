@@ -94,10 +94,19 @@ NetworkAlgorithm networkAlgorithmNamed(const std::string& name, const std::strin
                             "list of ring, recursive_doubling, rabenseifner");
 }
 
+namespace {
+
+// The candidate `seconds` says finishes first; on a tie, the first listed.
+template <typename Seconds>
+NetworkAlgorithm fastest(const std::vector<NetworkAlgorithm>& candidates, Seconds seconds) {
+  return *std::min_element(candidates.begin(), candidates.end(),
+                           [&](NetworkAlgorithm a, NetworkAlgorithm b) { return seconds(a) < seconds(b); });
+}
+
+}  // namespace
+
 NetworkAlgorithm NetworkAlgorithms::allReduce(int nodes, size_t bytes) const {
-  return *std::min_element(allowed_.begin(), allowed_.end(), [&](NetworkAlgorithm a, NetworkAlgorithm b) {
-    return model_.seconds(a, nodes, bytes) < model_.seconds(b, nodes, bytes);
-  });
+  return fastest(allowed_, [&](NetworkAlgorithm algorithm) { return model_.seconds(algorithm, nodes, bytes); });
 }
 
 NetworkAlgorithm NetworkAlgorithms::reduceScatter(int nodes, size_t bytes) const {
@@ -105,9 +114,8 @@ NetworkAlgorithm NetworkAlgorithms::reduceScatter(int nodes, size_t bytes) const
   for (NetworkAlgorithm algorithm : allowed_)
     if (algorithm != NetworkAlgorithm::RecursiveDoubling) candidates.push_back(algorithm);
   if (candidates.empty()) return NetworkAlgorithm::Ring;
-  return *std::min_element(candidates.begin(), candidates.end(), [&](NetworkAlgorithm a, NetworkAlgorithm b) {
-    return model_.reduceScatterSeconds(a, nodes, bytes) < model_.reduceScatterSeconds(b, nodes, bytes);
-  });
+  return fastest(candidates,
+                 [&](NetworkAlgorithm algorithm) { return model_.reduceScatterSeconds(algorithm, nodes, bytes); });
 }
 
 }  // namespace mojoccl
