@@ -43,17 +43,26 @@ ncclDataType_t acrossNodesType(ncclDataType_t type) {
   return type == ncclFloat16 || type == ncclBfloat16 ? ncclFloat32 : type;
 }
 
-// What a node's leader tells the other leaders about a call.
+// What a node's leader tells the other leaders about a call, at the front
+// of its frame: its ranks' call, and the node's own disagreement, if any,
+// as `problemBytes` of text right behind the report. Where there is none,
+// the data of a small collective follows the report instead (an 8-byte
+// all-reduce's frame is 48 bytes: small enough to go inject).
 struct NodeReport {
   CallSignature signature;
-  char problem[kVerdictBytes];  // the node's own disagreement, if any
+  uint64_t problemBytes;
+  const char* problem() const { return reinterpret_cast<const char*>(this + 1); }
 };
+
+// A frame's data, where its node found no disagreement.
+char* payloadOf(char* frame) { return frame + sizeof(NodeReport); }
 
 void copyText(char* to, const std::string& text) { std::snprintf(to, kVerdictBytes, "%s", text.c_str()); }
 
-// Room for any leader's frame: its node's report, then the data of a small
-// all-reduce (halves cross in float32, at twice their bytes).
-constexpr size_t kFrameRoom = sizeof(NodeReport) + 2 * kOneShotMaxBytes;
+// Room for any leader's frame: its node's report, then its disagreement or
+// the data of a small all-reduce (halves cross in float32, at twice their
+// bytes).
+constexpr size_t kFrameRoom = sizeof(NodeReport) + std::max(kVerdictBytes, 2 * kOneShotMaxBytes);
 }  // namespace
 
 std::string Comm::nodeDisagreement(const Call& call) {
@@ -68,7 +77,7 @@ std::string Comm::disagreementAcrossNodes(const char* reports, size_t stride) co
   const auto* first = reinterpret_cast<const NodeReport*>(reports);
   for (size_t node = 0; node < nodes_.size(); ++node) {
     const auto* report = reinterpret_cast<const NodeReport*>(reports + node * stride);
-    if (report->problem[0] != '\0') return report->problem;
+    if (report->problemBytes > 0) return std::string(report->problem(), report->problemBytes);
     if (!report->signature.sameCollective(first->signature))
       return mismatchText(nodes_[node][0], report->signature, nodes_[0][0], first->signature);
   }
@@ -91,10 +100,11 @@ void Comm::agreeAcrossNodes(const Call& call) {
 
 bool Comm::reportInFrame(const Call& call) {
   NodeReport& mine = *reinterpret_cast<NodeReport*>(frame(node_));
-  mine = NodeReport{};
   mine.signature = CallSignature::of(call);
-  copyText(mine.problem, nodeDisagreement(call));
-  return mine.problem[0] == '\0';
+  const std::string problem = nodeDisagreement(call).substr(0, kVerdictBytes - 1);
+  mine.problemBytes = problem.size();
+  std::memcpy(payloadOf(frame(node_)), problem.data(), problem.size());
+  return problem.empty();
 }
 
 char* Comm::frame(size_t node) {
@@ -102,8 +112,8 @@ char* Comm::frame(size_t node) {
   return frames_.data() + node * kFrameRoom;
 }
 
-// Each leader's frame (frame(node): its node's report, then `payloadBytes`
-// of data) to every other leader, directly up to MOJOCCL_NET_DIRECT_NODES
+// Each leader's frame (frame(node): its node's report, then its
+// disagreement or `payloadBytes` of data) to every other leader, directly up to MOJOCCL_NET_DIRECT_NODES
 // nodes and by Bruck's all-gather past them; returns the first disagreement among the
 // reports, or "". A leader in a small all-reduce and one in any other call
 // exchange frames alike, and so meet.
@@ -113,7 +123,9 @@ std::string Comm::exchangeNodeFrames(const Call& call, size_t payloadBytes) {
   std::vector<size_t> received;
   const auto exchange = static_cast<int>(nodes_.size()) <= directNodes_ ? networkExchangeFrames
                                                                               : networkGatherFrames;
-  exchange(leaders(call), frames, sizeof(NodeReport) + payloadBytes, kFrameRoom, received);
+  const auto& mine = *reinterpret_cast<const NodeReport*>(frame(node_));
+  exchange(leaders(call), frames, sizeof(NodeReport) + (mine.problemBytes > 0 ? mine.problemBytes : payloadBytes),
+           kFrameRoom, received);
   return disagreementAcrossNodes(frames[0], kFrameRoom);
 }
 
@@ -123,7 +135,7 @@ std::string Comm::exchangeNodeFrames(const Call& call, size_t payloadBytes) {
 // and hands its node the verdict and the result in one broadcast.
 void Comm::smallAllGatherAcrossNodes(const Call& call) {
   const size_t block = call.count * datatypeSize(call.datatype);
-  auto blocks = [&](size_t node) { return frame(node) + sizeof(NodeReport); };
+  auto blocks = [&](size_t node) { return payloadOf(frame(node)); };
   if (reportInFrame(call)) {
     Call inNode = call;
     inNode.recv = blocks(node_);
@@ -151,14 +163,14 @@ void Comm::smallBroadcastAcrossNodes(const Call& call) {
   const size_t bytes = call.count * datatypeSize(call.datatype);
   const int rootNode = nodeOfRank_[call.root];
   const bool rootHere = node_ == rootNode;
-  if (reportInFrame(call) && rootHere) localBroadcast(call);
+  const bool agreed = reportInFrame(call);
+  if (agreed && rootHere) localBroadcast(call);
   const size_t handed = kVerdictBytes + (rootHere ? 0 : bytes);
   char* handBack = scratch(handed);  // the verdict, then the data
   if (isLeader()) {
-    if (rootHere) std::memcpy(frame(node_) + sizeof(NodeReport), call.recv, bytes);
+    if (agreed && rootHere) std::memcpy(payloadOf(frame(node_)), call.recv, bytes);
     copyText(handBack, exchangeNodeFrames(call, rootHere ? bytes : 0));
-    if (!rootHere && handBack[0] == '\0')
-      std::memcpy(handBack + kVerdictBytes, frame(rootNode) + sizeof(NodeReport), bytes);
+    if (!rootHere && handBack[0] == '\0') std::memcpy(handBack + kVerdictBytes, payloadOf(frame(rootNode)), bytes);
   }
   localBroadcast({CallKind::Broadcast, handBack, handBack, handed, ncclInt8, ncclSum, leader(), call.sequence});
   if (handBack[0] != '\0') throw MismatchError(handBack);
@@ -188,7 +200,7 @@ void Comm::smallReduceScatterAcrossNodes(const Call& call) {
 const char* Comm::smallAllReduceResult(const Call& asked, const Call& call) {
   const ncclDataType_t type = acrossNodesType(call.datatype);
   const size_t bytes = call.count * datatypeSize(type);
-  auto partial = [&](size_t node) { return frame(node) + sizeof(NodeReport); };
+  auto partial = [&](size_t node) { return payloadOf(frame(node)); };
   if (reportInFrame(asked)) {
     Call toLeader = call;
     toLeader.kind = CallKind::Reduce;

@@ -784,6 +784,10 @@ def check_bad_input(m):
     if m.world >= 2:
         # Ranks that disagree all get the same error, and stay usable.
         m.raises("mismatch", RuntimeError, "collective mismatch", lambda: dist.all_reduce(torch.ones(4 + m.rank)))
+        # One rank disagrees, and (on nodes of two ranks) not its node's
+        # first: the other nodes learn it from that node's report.
+        m.raises("one rank disagrees", RuntimeError, "collective mismatch",
+                 lambda: dist.all_reduce(torch.ones(5 if m.rank == 1 else 4)))
         # A small all-reduce on one rank, a large one on the others: the
         # ways they go differ (one message with the data, or an agreement
         # first), and still meet.
