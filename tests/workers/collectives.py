@@ -513,6 +513,22 @@ def check_point_to_point(m):
     m.case("five messages in order", in_order, [torch.full((i + 1,), float(left * 10 + i)) for i in range(5)],
            torch.float32)
 
+    # One batch of several messages each way between the same two ranks,
+    # large ones (a header, then the data) among small ones (with theirs).
+    sizes = [300_000, 7, 200_000]
+
+    def several_in_a_batch(group):
+        received = [torch.empty(n) for n in sizes]
+        ops = [dist.P2POp(dist.isend, torch.full((n,), float(m.rank * 10 + i)), right, group=group)
+               for i, n in enumerate(sizes)]
+        ops += [dist.P2POp(dist.irecv, tensor, left, group=group) for tensor in received]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+        return received
+
+    m.case("a batch of large and small messages", several_in_a_batch,
+           [torch.full((n,), float(left * 10 + i)) for i, n in enumerate(sizes)], torch.float32)
+
     # A receive without a source rank (MPI_ANY_SOURCE): rank 0 takes one
     # message from each other rank, in whatever order they come.
     def from_any_rank(group):

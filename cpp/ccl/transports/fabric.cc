@@ -618,27 +618,32 @@ void exchangeHeadered(FabricTransport& fabric, const std::vector<HeaderedMessage
   const size_t inlineBytes = room - headerBytes;
   std::vector<std::unique_ptr<char[]>> arrived(messages.size());
   std::vector<size_t> arrivedBytes(messages.size());
+  // Every header goes before any payload, in both passes on both sides:
+  // messages between two ranks match in the order they are posted, and a
+  // receiver learns a payload's size only from its header.
   std::vector<FabricTransport::Ticket> headers;
   for (size_t i = 0; i < messages.size(); ++i) {
     const HeaderedMessage& message = messages[i];
     const char* payload = static_cast<const char*>(message.payload);
-    if (message.isSend && message.payloadBytes <= inlineBytes) {
+    if (message.isSend) {
       std::vector<char> whole(static_cast<const char*>(message.header),
                               static_cast<const char*>(message.header) + headerBytes);
-      whole.insert(whole.end(), payload, payload + message.payloadBytes);
+      if (message.payloadBytes <= inlineBytes) whole.insert(whole.end(), payload, payload + message.payloadBytes);
       fabric.postBufferedSend(message.peer, whole.data(), whole.size());
-    } else if (message.isSend) {
-      fabric.postBufferedSend(message.peer, message.header, headerBytes);
-      if (payloadsInPlace)
-        forEachPiece(fabric, message.payloadBytes, [&](size_t offset, size_t length) {
-          fabric.postSend(message.peer, payload + offset, length);
-        });
-      else
-        fabric.postBufferedSend(message.peer, payload, message.payloadBytes, fabric.segmentFor(message.payloadBytes));
     } else {
       arrived[i].reset(new char[room]);
       headers.push_back(fabric.postRecvUpTo(message.peer, arrived[i].get(), room, &arrivedBytes[i]));
     }
+  }
+  for (const HeaderedMessage& message : messages) {
+    if (!message.isSend || message.payloadBytes <= inlineBytes) continue;
+    const char* payload = static_cast<const char*>(message.payload);
+    if (payloadsInPlace)
+      forEachPiece(fabric, message.payloadBytes, [&](size_t offset, size_t length) {
+        fabric.postSend(message.peer, payload + offset, length);
+      });
+    else
+      fabric.postBufferedSend(message.peer, payload, message.payloadBytes, fabric.segmentFor(message.payloadBytes));
   }
   // Every header: now the payloads' sizes are known. (Payloads sent in
   // place wait for their receives, posted below and by the peers.)
