@@ -232,15 +232,17 @@ struct HeaderedMessage {
   size_t payloadBytes;        // sends only
 };
 
-// Posts `messages` in order (sends buffered: header and payload go at once,
-// and every header receive), waits for the headers; then `receiveInto(i)`
-// says where the payload of receive `messages[i]` goes and how long it is,
-// and those receives are posted and everything is waited for. A payload
+// Posts every header of `messages`, in order (sends buffered), then the
+// sends' payloads, in the same order, and waits for the headers received;
+// then `receiveInto(i)` says where the payload of receive `messages[i]`
+// goes and how long it is, and those receives are posted, in order, and
+// everything is waited for. Headers before payloads on both sides, since
+// messages between two ranks match in the order they are posted. A payload
 // that fits with its header in a message the provider sends at once
 // (eagerMessage()) travels in its header's message: one message, one wait;
-// a larger one in pieces (segmentFor()). `payloadsInPlace`: the payloads are sent
-// from the caller's memory, not copied first, which is only safe where
-// every receiver posts its receives in the same call (an all-to-all).
+// a larger one in pieces (segmentFor()). `payloadsInPlace`: the payloads
+// are sent from the caller's memory, not copied first, which is only safe
+// where every receiver posts its receives in the same call (an all-to-all).
 void exchangeHeadered(FabricTransport& fabric, const std::vector<HeaderedMessage>& messages,
                       size_t headerBytes, bool payloadsInPlace,
                       const std::function<std::pair<void*, size_t>(size_t index)>& receiveInto,
