@@ -217,6 +217,13 @@ void Comm::run(const std::string& what, Algorithm algorithm) {
 // ---------------------------------------------------------------- one node
 
 void Comm::local(const Call& call, size_t bytes, ZeroCopy zeroCopy, Staged staged) {
+  // A node of one rank holds its result already (its `bytes` are the whole
+  // of it): the steps would only copy the buffer into shared memory and
+  // back, between single-rank nodes two copies of an all-reduce per call.
+  if (shm_->size() == 1) {
+    if (call.recv != call.send) std::memmove(call.recv, call.send, bytes);
+    return;
+  }
   // Every rank takes the same branch: `bytes` is checked to agree in the
   // first step of either.
   if (zeroCopy_ && bytes >= kZeroCopyMinBytes && zeroCopy(*shm_, rounds_, call)) return;
