@@ -396,28 +396,36 @@ void Comm::reduceScatterByNodes(const Call& call) {
   toLeader.recv = result;
   toLeader.op = op;
   toLeader.root = leader();
-  localReduce(toLeader);
+  const bool ring = networkAlgorithms_.reduceScatter(static_cast<int>(nodes_.size()), call.count * size_ * size) ==
+                    NetworkAlgorithm::Ring;
+  // Round the ring, a node of one rank reads its operands from the caller's
+  // buffer (its node sum would be a copy of it) and folds its block
+  // straight into the caller's result.
+  const bool fromCaller = ring && nodes_[node_].size() == 1;
+  if (!fromCaller) localReduce(toLeader);
   std::vector<Slice> byNode;
   for (const auto& node : nodes_) byNode.push_back({node.front() * call.count, (node.back() + 1) * call.count});
   const Slice ours = byNode[node_];
+  char* nodeBlocks = fromCaller ? static_cast<char*>(call.recv) : bytesAt(result, ours.begin, size);
   if (isLeader()) {
     const NetworkGroup group = leaders(call);
-    if (networkAlgorithms_.reduceScatter(group.size(), call.count * size_ * size) == NetworkAlgorithm::Ring)
-      networkReduceScatter(group, result, byNode, 0, call.datatype, op, nullptr);
+    if (ring)
+      networkReduceScatter(group, {fromCaller ? call.send : result, result, nodeBlocks}, byNode, 0, call.datatype, op,
+                           nullptr);
     else
       networkReduceScatterHalving(group, result, byNode, call.datatype, op);
     if (call.op == ncclAvg) {
-      const void* sum[1] = {bytesAt(result, ours.begin, size)};
-      mojoccl::reduce(bytesAt(result, ours.begin, size), sum, 1, ours.end - ours.begin, call.datatype, ncclAvg, size_);
+      const void* sum[1] = {nodeBlocks};
+      mojoccl::reduce(nodeBlocks, sum, 1, ours.end - ours.begin, call.datatype, ncclAvg, size_);
     }
   }
   Call fromLeader = call;
   fromLeader.kind = CallKind::Broadcast;
-  fromLeader.send = fromLeader.recv = bytesAt(result, ours.begin, size);
+  fromLeader.send = fromLeader.recv = nodeBlocks;
   fromLeader.count = ours.end - ours.begin;
   fromLeader.root = leader();
   localBroadcast(fromLeader);
-  std::memcpy(call.recv, bytesAt(result, rank_ * call.count, size), call.count * size);
+  if (!fromCaller) std::memcpy(call.recv, bytesAt(result, rank_ * call.count, size), call.count * size);
 }
 
 void Comm::reduceAcrossNodes(const Call& call) {

@@ -57,8 +57,8 @@ void reduceWhilePolling(const NetworkGroup& group, void* dst, const void* first,
 
 }  // namespace
 
-void networkReduceScatter(const NetworkGroup& group, void* data, const std::vector<Slice>& slices, int shift,
-                          ncclDataType_t datatype, ncclRedOp_t op, const std::function<void(Slice)>& whole) {
+void networkReduceScatter(const NetworkGroup& group, const RingBuffers& buffers, const std::vector<Slice>& slices,
+                          int shift, ncclDataType_t datatype, ncclRedOp_t op, const std::function<void(Slice)>& whole) {
   const int n = group.size();
   if (n == 1) return;
   FabricTransport& fabric = group.fabric;
@@ -67,7 +67,9 @@ void networkReduceScatter(const NetworkGroup& group, void* data, const std::vect
   // At step s we pass on slice (self + shift - 1 - s) and fold in the one
   // behind it, so that after n - 1 steps slice (self + shift) is whole.
   auto slice = [&](int step) { return slices[(((group.self + shift - 1 - step) % n) + n) % n]; };
-  auto sendOn = [&](Slice piece) { return fabric.postSend(next, bytesAt(data, piece.begin, size), bytesOf(piece, size)); };
+  auto sendOn = [&](const void* from, Slice piece) {
+    return fabric.postSend(next, bytesAt(from, piece.begin, size), bytesOf(piece, size));
+  };
   // Two buffers for the slices arriving from behind: the next step's
   // receives are posted while this step's segments are folded in.
   auto receiveStep = [&](int step) {
@@ -81,19 +83,26 @@ void networkReduceScatter(const NetworkGroup& group, void* data, const std::vect
   };
   std::vector<FabricTransport::Ticket> sent;
   std::vector<Segment> arriving = receiveStep(0);
-  for (const Segment& segment : segmentsOf(group, slice(0), size)) sent.push_back(sendOn(segment.slice));
+  const Slice mine = slices[(group.self + shift) % n];
+  auto destination = [&](bool last, Slice piece) {
+    return last ? bytesAt(buffers.result, piece.begin - mine.begin, size) : bytesAt(buffers.partial, piece.begin, size);
+  };
+  for (const Segment& segment : segmentsOf(group, slice(0), size))
+    sent.push_back(sendOn(buffers.source, segment.slice));
   for (int step = 0; step < n - 1; ++step) {
     std::vector<Segment> following = step + 1 < n - 1 ? receiveStep(step + 1) : std::vector<Segment>{};
     const Slice in = slice(step + 1);
     const char* from = group.room.get(step % 2, 0);
+    const bool last = step + 1 == n - 1;
     for (const Segment& segment : arriving) {
       fabric.waitFor(segment.arrival, group.what);
-      reduceWhilePolling(group, bytesAt(data, segment.slice.begin, size), bytesAt(data, segment.slice.begin, size),
+      // Each slice is folded here once, so our operand is always our own.
+      reduceWhilePolling(group, destination(last, segment.slice), bytesAt(buffers.source, segment.slice.begin, size),
                          from + (segment.slice.begin - in.begin) * size, segment.slice, datatype, op);
       // A folded segment is what the next step sends on; after the last
       // step it is whole, and the caller's.
-      if (step + 1 < n - 1)
-        sent.push_back(sendOn(segment.slice));
+      if (!last)
+        sent.push_back(sendOn(buffers.partial, segment.slice));
       else if (whole)
         whole(segment.slice);
     }
@@ -141,7 +150,8 @@ void networkAllReduce(const NetworkGroup& group, void* data, size_t count, ncclD
   // segments starts round the ring again as soon as it is. Then the whole
   // slices travel once round the ring (the reduce-scatter's sends from the
   // slices written there are complete).
-  networkReduceScatter(group, data, slices, 1, datatype, op, [&](Slice piece) {
+  const RingBuffers inPlace{data, data, bytesAt(data, slices[(group.self + 1) % n].begin, size)};
+  networkReduceScatter(group, inPlace, slices, 1, datatype, op, [&](Slice piece) {
     group.fabric.postSend(group.next(), bytesAt(data, piece.begin, size), bytesOf(piece, size));
   });
   passRoundTheRing(group, data, slices, 1, size);

@@ -65,13 +65,21 @@ void networkAllReduceRecursiveDoubling(const NetworkGroup& group, void* data, si
 void networkAllReduceRabenseifner(const NetworkGroup& group, void* data, size_t count, ncclDataType_t datatype,
                                   ncclRedOp_t op);
 
-// Reduce-scatter round the ring, in place, pipelined in segments: member m
-// ends with slices[(m + shift) % size] reduced over every member (of the
-// others, what was there is overwritten with partial sums). `whole(piece)`
-// is called for each segment of that slice as it becomes whole, while the
-// rest still travels. Every member passes the same slices.
-void networkReduceScatter(const NetworkGroup& group, void* data, const std::vector<Slice>& slices, int shift,
-                          ncclDataType_t datatype, ncclRedOp_t op, const std::function<void(Slice)>& whole);
+// Where a reduce-scatter round the ring reads and writes.
+struct RingBuffers {
+  const void* source;  // this member's operand, every slice; only read
+  void* partial;       // the other slices' partial sums, at their offsets
+  void* result;        // this member's slice, whole at the end, from its start
+};
+
+// Reduce-scatter round the ring, pipelined in segments: member m ends with
+// slices[(m + shift) % size] reduced over every member's source, in its
+// result. The buffers may be one (in place: result then points at the
+// slice within it). `whole(piece)` is called for each segment of that
+// slice as it becomes whole, while the rest still travels. Every member
+// passes the same slices.
+void networkReduceScatter(const NetworkGroup& group, const RingBuffers& buffers, const std::vector<Slice>& slices,
+                          int shift, ncclDataType_t datatype, ncclRedOp_t op, const std::function<void(Slice)>& whole);
 
 // Reduce-scatter by recursive halving, in place: log2(p) swaps of half, a
 // quarter, ... of the buffer (p the largest power of two up to the size),
