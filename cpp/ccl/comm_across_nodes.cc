@@ -113,10 +113,11 @@ char* Comm::frame(size_t node) {
 }
 
 // Each leader's frame (frame(node): its node's report, then its
-// disagreement or `payloadBytes` of data) to every other leader, directly up to MOJOCCL_NET_DIRECT_NODES
-// nodes and by Bruck's all-gather past them; returns the first disagreement among the
-// reports, or "". A leader in a small all-reduce and one in any other call
-// exchange frames alike, and so meet.
+// disagreement or `payloadBytes` of data) to every other leader, directly
+// up to MOJOCCL_NET_DIRECT_NODES nodes and by Bruck's all-gather past
+// them; returns the first disagreement among the reports, or "". A leader
+// in a small all-reduce and one in any other call exchange frames alike,
+// and so meet.
 std::string Comm::exchangeNodeFrames(const Call& call, size_t payloadBytes) {
   std::vector<char*> frames;
   for (size_t node = 0; node < nodes_.size(); ++node) frames.push_back(frame(node));
@@ -384,8 +385,9 @@ bool Comm::nodesAreRankRanges() const {
 }
 
 // The leaders reduce-scatter the node sums (round the ring, or by recursive
-// halving where the cost model says), each ending with its node's blocks: half the traffic of the whole all-reduce. Then each
-// leader hands its node those blocks.
+// halving where the cost model says), each ending with its node's blocks:
+// half the traffic of the whole all-reduce. Then each leader hands its
+// node those blocks.
 void Comm::reduceScatterByNodes(const Call& call) {
   const size_t size = datatypeSize(call.datatype);
   char* result = scratch(call.count * size_ * size);
