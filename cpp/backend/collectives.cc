@@ -446,21 +446,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::alltoall_base(
                       " has ", total, " rows");
     return given;
   };
-  std::vector<int64_t> sendRows = splits(input, inputSplitSizes, "input");
-  std::vector<int64_t> recvRows = splits(output, outputSplitSizes, "output");
   at::Tensor source = input.contiguous();
   at::Tensor buffer = writableBuffer(output);
-  std::vector<at::Tensor> sendParts, recvParts;
-  int64_t sendAt = 0, recvAt = 0;
-  for (int peer = 0; peer < size_; ++peer) {
-    sendParts.push_back(rows(source, sendAt, sendRows[peer]));
-    recvParts.push_back(rows(buffer, recvAt, recvRows[peer]));
-    sendAt += sendRows[peer];
-    recvAt += recvRows[peer];
-  }
-  TORCH_CHECK_VALUE(sendParts[rank_].numel() == recvParts[rank_].numel(),
-                    "all_to_all_single: this rank sends itself ", sendParts[rank_].numel(),
-                    " elements but expects ", recvParts[rank_].numel(), " from itself");
+  const PartLayout sendParts = partsByRows(source, splits(input, inputSplitSizes, "input"));
+  const PartLayout recvParts = partsByRows(buffer, splits(output, outputSplitSizes, "output"));
+  TORCH_CHECK_VALUE(sendParts.counts[rank_] == recvParts.counts[rank_], "all_to_all_single: this rank sends itself ",
+                    sendParts.counts[rank_], " elements but expects ", recvParts.counts[rank_], " from itself");
   auto selfCopied = std::make_shared<bool>(false);
   return enqueue(
       OpType::ALLTOALL_BASE, "nccl:all_to_all_single", describe("all_to_all_single", input),
@@ -468,8 +459,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::alltoall_base(
       [this, source, buffer, sendParts, recvParts, selfCopied](Communicator& comm) {
         *selfCopied = exchangeParts(comm, source, sendParts, buffer, recvParts, rank_);
       },
-      [this, output, buffer, sendParts, recvParts, selfCopied] {
-        if (!*selfCopied) const_cast<at::Tensor&>(recvParts[rank_]).copy_(sendParts[rank_]);
+      [this, output, source, buffer, sendParts, recvParts, selfCopied] {
+        if (!*selfCopied) part(buffer, recvParts, rank_).copy_(part(source, sendParts, rank_));
         copyBack(output, buffer);
       },
       !opts.asyncOp);

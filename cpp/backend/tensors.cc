@@ -91,16 +91,31 @@ void copyBack(const at::Tensor& output, const at::Tensor& buffer) {
   if (!buffer.is_same(output)) const_cast<at::Tensor&>(output).copy_(buffer);
 }
 
-at::Tensor rows(const at::Tensor& tensor, int64_t begin, int64_t count) {
-  return tensor.dim() == 0 ? tensor : tensor.narrow(0, begin, count);
-}
-
 void sendTensor(Communicator& comm, const at::Tensor& tensor, int peer) {
   comm.send(tensor.data_ptr(), tensor.numel(), ncclDatatypeOf(tensor), peer);
 }
 
 void recvTensor(Communicator& comm, const at::Tensor& tensor, int peer) {
   comm.recv(tensor.data_ptr(), tensor.numel(), ncclDatatypeOf(tensor), peer);
+}
+
+// Offsets in numbers rather than a view per rank: a view costs a trip
+// through the dispatcher, and an all-to-all needs two per rank per call.
+PartLayout partsByRows(const at::Tensor& tensor, const std::vector<int64_t>& rowsByRank) {
+  const int64_t rows = tensor.dim() == 0 ? 1 : tensor.size(0);
+  const size_t perRow = rows == 0 ? 0 : static_cast<size_t>(tensor.numel() / rows);
+  PartLayout layout;
+  size_t at = 0;
+  for (int64_t count : rowsByRank) {
+    layout.counts.push_back(static_cast<size_t>(count) * perRow);
+    layout.displacements.push_back(at);
+    at += layout.counts.back();
+  }
+  return layout;
+}
+
+at::Tensor part(const at::Tensor& tensor, const PartLayout& layout, int rank) {
+  return tensor.view(-1).narrow(0, layout.displacements[rank], layout.counts[rank]);
 }
 
 void sendAndReceiveParts(Communicator& comm, const std::vector<at::Tensor>& sendParts,
@@ -114,26 +129,19 @@ void sendAndReceiveParts(Communicator& comm, const std::vector<at::Tensor>& send
   });
 }
 
-bool exchangeParts(Communicator& comm, const at::Tensor& source, const std::vector<at::Tensor>& sendParts,
-                   const at::Tensor& buffer, const std::vector<at::Tensor>& recvParts, int rank) {
+bool exchangeParts(Communicator& comm, const at::Tensor& source, const PartLayout& sendParts,
+                   const at::Tensor& buffer, const PartLayout& recvParts, int rank) {
   if (!comm.hasAllToAllv()) {
-    sendAndReceiveParts(comm, sendParts, recvParts, rank);
+    std::vector<at::Tensor> sends, receives;
+    for (int peer = 0; peer < static_cast<int>(sendParts.counts.size()); ++peer) {
+      sends.push_back(part(source, sendParts, peer));
+      receives.push_back(part(buffer, recvParts, peer));
+    }
+    sendAndReceiveParts(comm, sends, receives, rank);
     return false;
   }
-  // Counts and displacements in elements of the whole tensors.
-  auto layout = [](const at::Tensor& whole, const std::vector<at::Tensor>& parts, std::vector<size_t>& counts,
-                   std::vector<size_t>& displacements) {
-    for (const auto& part : parts) {
-      counts.push_back(part.numel());
-      displacements.push_back((static_cast<const char*>(part.data_ptr()) - static_cast<const char*>(whole.data_ptr())) /
-                              whole.element_size());
-    }
-  };
-  std::vector<size_t> sendCounts, sendDispls, recvCounts, recvDispls;
-  layout(source, sendParts, sendCounts, sendDispls);
-  layout(buffer, recvParts, recvCounts, recvDispls);
-  comm.allToAllv(source.data_ptr(), sendCounts, sendDispls, buffer.data_ptr(), recvCounts, recvDispls,
-                 ncclDatatypeOf(source));
+  comm.allToAllv(source.data_ptr(), sendParts.counts, sendParts.displacements, buffer.data_ptr(), recvParts.counts,
+                 recvParts.displacements, ncclDatatypeOf(source));
   return true;
 }
 

@@ -31,20 +31,29 @@ std::string describe(const char* op, const at::Tensor& tensor, const char* extra
 // fresh buffer whose contents copyBack() moves into `output` afterwards.
 at::Tensor writableBuffer(const at::Tensor& output);
 void copyBack(const at::Tensor& output, const at::Tensor& buffer);
-// Rows [begin, begin + count) of `tensor` along its first dimension.
-at::Tensor rows(const at::Tensor& tensor, int64_t begin, int64_t count);
 
 void sendTensor(Communicator& comm, const at::Tensor& tensor, int peer);
+void recvTensor(Communicator& comm, const at::Tensor& tensor, int peer);
+
+// Where each rank's part of an all-to-all lies in a contiguous tensor:
+// counts and displacements in elements, by rank.
+struct PartLayout {
+  std::vector<size_t> counts, displacements;
+};
+// Parts of `rowsByRank[p]` rows each (the first dimension), one after another.
+PartLayout partsByRows(const at::Tensor& tensor, const std::vector<int64_t>& rowsByRank);
+// The part `layout` places at `rank` in `tensor`, flattened.
+at::Tensor part(const at::Tensor& tensor, const PartLayout& layout, int rank);
+
 // sendParts[p] to rank p and recvParts[p] from it, for every other rank,
 // in one group of sends and receives.
 void sendAndReceiveParts(Communicator& comm, const std::vector<at::Tensor>& sendParts,
                          const std::vector<at::Tensor>& recvParts, int rank);
-// sendParts[p] (rows of `source`) to rank p and recvParts[p] (rows of
-// `buffer`) from it, for every rank: one ncclAllToAllv where the library
-// has one, which also copies the part to ourselves (returns true), else a
-// group of sends and receives to the other ranks (returns false).
-bool exchangeParts(Communicator& comm, const at::Tensor& source, const std::vector<at::Tensor>& sendParts,
-                   const at::Tensor& buffer, const std::vector<at::Tensor>& recvParts, int rank);
-void recvTensor(Communicator& comm, const at::Tensor& tensor, int peer);
+// The parts of `source` to every rank and those of `buffer` from it: one
+// ncclAllToAllv where the library has one, which also copies the part to
+// ourselves (returns true), else a group of sends and receives to the
+// other ranks (returns false).
+bool exchangeParts(Communicator& comm, const at::Tensor& source, const PartLayout& sendParts,
+                   const at::Tensor& buffer, const PartLayout& recvParts, int rank);
 
 }  // namespace torch_mojo

@@ -110,8 +110,8 @@ class Comm {
   std::atomic<int> activeCalls{0};
 
  private:
-  template <typename Algorithm>
-  void run(const std::string& what, Algorithm algorithm);
+  template <typename Describe, typename Algorithm>
+  void run(Describe what, Algorithm algorithm);
   void validate(const Call& call) const;
   void groupIntoNodes(const std::vector<RankInfo>& ranks);
   void openFabric(Bootstrap& bootstrap);
