@@ -76,18 +76,20 @@ def test_model_chooses_the_algorithm_it_predicts_faster(tmp_path):
     out = bench(tmp_path, "--model", "--sizes", "8,256K,16M", "--measured", str(measured))
     rows = [line.split() for line in table_rows(out)]
     # 8 B travels in the leaders' frames, outside the model: 10 node counts x 2 sizes.
-    assert len(rows) == 20 and {(row[1], row[2]) for row in rows} == {("256", "KiB"), ("16", "MiB")}
-    algorithms = ["ring", "recursive_doubling", "rabenseifner"]
+    assert len(rows) == 26 and {(row[1], row[2]) for row in rows} == {("256", "KiB"), ("16", "MiB")}
+    algorithms = ["ring", "recursive_doubling", "rabenseifner", "tree"]
     for row in rows:
-        predicted, chosen = [float(time) for time in row[3:6]], row[6]
+        predicted, chosen = [float(time) for time in row[3:7]], row[7]
         assert chosen == algorithms[predicted.index(min(predicted))], row  # the first on a tie
     by_case = {(int(row[0]), row[1] + row[2]): row for row in rows}
-    assert by_case[(2, "16MiB")][6] == "ring"  # the same steps and bytes as rabenseifner's at 2 nodes
-    assert by_case[(1024, "256KiB")][6] == "rabenseifner"  # 20 steps against the ring's 2046
-    assert by_case[(2, "256KiB")][7] == "321" and len(by_case[(4, "256KiB")]) == 7  # measured where given
+    assert by_case[(2, "16MiB")][7] == "ring"  # the same steps and bytes as rabenseifner's at 2 nodes
+    assert by_case[(1024, "256KiB")][7] == "rabenseifner"  # 20 steps against the ring's 2046
+    # 48 nodes: rabenseifner folds 16 of them in first, the tree has no such step.
+    assert by_case[(48, "256KiB")][7] == "tree"
+    assert by_case[(2, "256KiB")][8] == "321" and len(by_case[(4, "256KiB")]) == 8  # measured where given
     assert (tmp_path / "out-model.png").stat().st_size > 10_000
 
     env_ring = subprocess.run([sys.executable, "-m", "torch_mojo.cli", "bench", "--model", "--sizes", "256K"],
                               capture_output=True, text=True, timeout=60, cwd=ROOT,
                               env={**os.environ, "MOJOCCL_NET_ALGO": "ring"})
-    assert {line.split()[6] for line in table_rows(env_ring.stdout)} == {"ring"}, env_ring.stdout + env_ring.stderr
+    assert {line.split()[7] for line in table_rows(env_ring.stdout)} == {"ring"}, env_ring.stdout + env_ring.stderr

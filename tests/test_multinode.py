@@ -125,9 +125,9 @@ def test_trace_names_each_ranks_node_and_provider():
         ({**FABRIC, "MOJOCCL_FABRIC_MR_LOCAL": "1", "MOJOCCL_REGION_MB": "0"},
          "MOJOCCL_FABRIC_MR_LOCAL=1 registers every buffer, and MOJOCCL_REGION_MB=0 turns off the registered "
          "staging buffer that ordinary memory goes through: unset MOJOCCL_REGION_MB (256 MiB) or set it"),
-        ({**FABRIC, "MOJOCCL_NET_ALGO": "ring,tree"},
-         "MOJOCCL_NET_ALGO=ring,tree is not valid: expected auto, or a comma-separated list of ring, "
-         "recursive_doubling, rabenseifner"),
+        ({**FABRIC, "MOJOCCL_NET_ALGO": "ring,star"},
+         "MOJOCCL_NET_ALGO=ring,star is not valid: expected auto, or a comma-separated list of ring, "
+         "recursive_doubling, rabenseifner, tree"),
         ({**FABRIC, "MOJOCCL_NET_DIRECT_NODES": "many"},
          "MOJOCCL_NET_DIRECT_NODES=many is not valid: expected an integer from 1 to 1048576"),
     ],
@@ -198,14 +198,17 @@ def _tcp_domains():
 @pytest.mark.parametrize("algorithm, hosts", [
     ("recursive_doubling", ("a", "a", "b", "b", "c")),
     ("rabenseifner", ("a", "b", "b", "c", "d", "e")),
-], ids=["recursive doubling, 3 nodes", "rabenseifner, 5 nodes"])
+    ("tree", ("a", "b", "b", "c", "d", "e")),
+    ("tree", ("a", "b", "c", "d")),
+], ids=["recursive doubling, 3 nodes", "rabenseifner, 5 nodes", "tree, 5 nodes", "tree, 4 nodes"])
 def test_an_algorithm_forced_where_the_node_count_is_not_a_power_of_two(algorithm, hosts):
     # Forced for every size past the one-message frames: the nodes past the
     # largest power of two fold into a partner and get the result back;
     # Rabenseifner's halving and doubling take two steps each among 4. The
-    # reduce-scatter takes the ring under recursive doubling, the halving
-    # under rabenseifner: nodes a and b (1 and 2 ranks, uneven parts) act
-    # as one.
+    # reduce-scatter takes the ring under recursive doubling and the tree,
+    # the halving under rabenseifner: nodes a and b (1 and 2 ranks, uneven
+    # parts) act as one. The tree's second tree is the first shifted by one
+    # member (5 nodes) or mirrored (4).
     env = {**FABRIC, "MOJOCCL_NET_ALGO": algorithm}
     results = run_worker("collectives", len(hosts), "--quick", env=env, rank_env=on_nodes(*hosts), timeout=300)
     for result in results:

@@ -275,6 +275,7 @@ void Comm::allReduceBetweenNodes(const NetworkGroup& group, void* data, size_t c
       networkAllReduceRecursiveDoubling(group, data, count, call.datatype, op);
       break;
     case NetworkAlgorithm::Rabenseifner: networkAllReduceRabenseifner(group, data, count, call.datatype, op); break;
+    case NetworkAlgorithm::Tree: networkAllReduceTree(group, data, count, call.datatype, op); break;
   }
   if (call.op == ncclAvg) {
     const void* sum[1] = {data};

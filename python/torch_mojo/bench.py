@@ -603,8 +603,10 @@ def main(argv=None):
     dist.destroy_process_group()
 
 
-MODEL_NODES = [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
-NETWORK_ALGORITHMS = ["ring", "recursive_doubling", "rabenseifner"]
+# Powers of two, where Rabenseifner's algorithm needs no extra steps, and
+# counts between them, where it does and the tree does not.
+MODEL_NODES = [2, 4, 6, 8, 12, 16, 32, 48, 64, 128, 256, 512, 1024]
+NETWORK_ALGORITHMS = ["ring", "recursive_doubling", "rabenseifner", "tree"]
 FRAME_BYTES = 64 << 10  # up to this, an all-reduce between nodes is one exchange of frames, outside the model
 
 
@@ -628,7 +630,7 @@ def print_model(sizes: list[int], measured_paths: str, output: str):
     chosen_times = {}
     print("# all_reduce between nodes (one leader each): the cost model's time in us per algorithm, its choice "
           "(MOJOCCL_NET_ALGO), and what mojo+fabric measured")
-    print(f"{'nodes':>6} {'size':>6} {'ring':>10} {'rec.doubl.':>10} {'rabenseif.':>10}  {'chosen':<19} "
+    print(f"{'nodes':>6} {'size':>6} {'ring':>10} {'rec.doubl.':>10} {'rabenseif.':>10} {'tree':>10}  {'chosen':<19} "
           f"{'measured':>9}")
     for nodes in MODEL_NODES:
         for size in sizes:

@@ -181,13 +181,15 @@ VARIABLES: tuple[Variable, ...] = (
         "auto",
         "all-reduce algorithms between nodes, for calls past 64 KiB: `ring` (reduce-scatter and "
         "all-gather round the nodes, pipelined), `recursive_doubling` (log2 of the node count "
-        "exchanges of the whole buffer) and `rabenseifner` (reduce-scatter by recursive halving, "
-        "all-gather by recursive doubling: the ring's bytes in 2 log2 of the node count steps); "
-        "`auto` lets a cost model choose per call among all three, a list among those it names. "
+        "exchanges of the whole buffer), `rabenseifner` (reduce-scatter by recursive halving, "
+        "all-gather by recursive doubling: the ring's bytes in 2 log2 of the node count steps) and "
+        "`tree` (two binary trees, each reducing half the buffer to its root and broadcasting it "
+        "back, pipelined: the ring's bytes in about 2 log2 of the node count steps, for any node "
+        "count); `auto` lets a cost model choose per call among all four, a list among those it names. "
         "A reduce-scatter between nodes takes the first half of `ring` or `rabenseifner` (recursive "
         "halving), the ring where neither is listed. Must be the same on every rank",
         choices=("auto",),
-        listed=("ring", "recursive_doubling", "rabenseifner"),
+        listed=("ring", "recursive_doubling", "rabenseifner", "tree"),
     ),
     Variable(
         "MOJOCCL_NET_DIRECT_NODES",

@@ -65,6 +65,24 @@ void networkAllReduceRecursiveDoubling(const NetworkGroup& group, void* data, si
 void networkAllReduceRabenseifner(const NetworkGroup& group, void* data, size_t count, ncclDataType_t datatype,
                                   ncclRedOp_t op);
 
+// The all-reduce down two binary trees in place (algorithms/network_tree.cc):
+// each reduces half the buffer to its root and broadcasts it back down,
+// pipelined in segments; about 2 log2(size) steps for any size, every
+// member sending about twice the buffer. The result is the roots' bits on
+// every member.
+void networkAllReduceTree(const NetworkGroup& group, void* data, size_t count, ncclDataType_t datatype,
+                          ncclRedOp_t op);
+
+// What the trees ask of their busiest member, for the cost model
+// (algorithms/network_choice.h): the deeper tree's levels below its root,
+// and the halves of the buffer a member sends and folds in, at most.
+struct TreeLoad {
+  int levels;
+  int halvesSent;
+  int halvesReduced;
+};
+TreeLoad treeLoad(int members);
+
 // Where a reduce-scatter round the ring reads and writes.
 struct RingBuffers {
   const void* source;  // this member's operand, every slice; only read

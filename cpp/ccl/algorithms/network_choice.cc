@@ -4,12 +4,13 @@
 
 #include "../env.h"
 #include "../error.h"
+#include "network.h"
 
 namespace mojoccl {
 
 namespace {
 const std::vector<NetworkAlgorithm> kAllAlgorithms = {NetworkAlgorithm::Ring, NetworkAlgorithm::RecursiveDoubling,
-                                                     NetworkAlgorithm::Rabenseifner};
+                                                     NetworkAlgorithm::Rabenseifner, NetworkAlgorithm::Tree};
 }  // namespace
 
 std::string nameOf(NetworkAlgorithm algorithm) {
@@ -17,6 +18,7 @@ std::string nameOf(NetworkAlgorithm algorithm) {
     case NetworkAlgorithm::Ring: return "ring";
     case NetworkAlgorithm::RecursiveDoubling: return "recursive_doubling";
     case NetworkAlgorithm::Rabenseifner: return "rabenseifner";
+    case NetworkAlgorithm::Tree: return "tree";
   }
   return "";
 }
@@ -58,6 +60,12 @@ double NetworkCostModel::seconds(NetworkAlgorithm algorithm, int nodes, size_t b
     case NetworkAlgorithm::Rabenseifner:
       return secondsOf(*this, {2.0 * doublings + extra, 2 * (p - 1) / p * data + extra * data,
                                (p - 1) / p * data + extra / 2 * data});
+    case NetworkAlgorithm::Tree: {
+      // Up and down the deeper tree, two steps apart (a segment's result
+      // goes down two steps after it went up).
+      const TreeLoad load = treeLoad(nodes);
+      return secondsOf(*this, {2.0 * load.levels + 4, load.halvesSent * data / 2, load.halvesReduced * data / 2});
+    }
   }
   return 0;
 }
@@ -91,7 +99,7 @@ NetworkAlgorithm networkAlgorithmNamed(const std::string& name, const std::strin
   for (NetworkAlgorithm algorithm : kAllAlgorithms)
     if (nameOf(algorithm) == name) return algorithm;
   fail(ncclInvalidArgument, "MOJOCCL_NET_ALGO=" + setting + " is not valid: expected auto, or a comma-separated "
-                            "list of ring, recursive_doubling, rabenseifner");
+                            "list of ring, recursive_doubling, rabenseifner, tree");
 }
 
 namespace {
@@ -112,7 +120,8 @@ NetworkAlgorithm NetworkAlgorithms::allReduce(int nodes, size_t bytes) const {
 NetworkAlgorithm NetworkAlgorithms::reduceScatter(int nodes, size_t bytes) const {
   std::vector<NetworkAlgorithm> candidates;
   for (NetworkAlgorithm algorithm : allowed_)
-    if (algorithm != NetworkAlgorithm::RecursiveDoubling) candidates.push_back(algorithm);
+    if (algorithm == NetworkAlgorithm::Ring || algorithm == NetworkAlgorithm::Rabenseifner)
+      candidates.push_back(algorithm);
   if (candidates.empty()) return NetworkAlgorithm::Ring;
   return fastest(candidates,
                  [&](NetworkAlgorithm algorithm) { return model_.reduceScatterSeconds(algorithm, nodes, bytes); });

@@ -12,10 +12,14 @@
 //   rabenseifner         2 log2(p) steps (+2), 2(p-1)/p x bytes sent and
 //                        (p-1)/p x reduced (+ the whole buffer twice sent,
 //                        once reduced, where n is not a power of two)
+//   tree                 2 x levels + 4 steps (up the deeper of two binary
+//                        trees, about log2(n) levels, and down, pipelined
+//                        two segments apart); what the busiest member sends
+//                        and reduces (treeLoad: up to 2 x and 1 x bytes)
 // A reduce-scatter is the first half of the ring or of Rabenseifner's
 // algorithm (recursive halving): half the steps, the same bytes less the
-// all-gather's; recursive doubling has no such half, so where it is the
-// only algorithm allowed a reduce-scatter takes the ring.
+// all-gather's; recursive doubling and the tree have no such half, so
+// where only they are allowed a reduce-scatter takes the ring.
 // Its constants were measured on the tcp provider (docs/performance.md,
 // "Choosing the algorithm between nodes").
 #pragma once
@@ -26,7 +30,7 @@
 
 namespace mojoccl {
 
-enum class NetworkAlgorithm { Ring, RecursiveDoubling, Rabenseifner };
+enum class NetworkAlgorithm { Ring, RecursiveDoubling, Rabenseifner, Tree };
 
 struct NetworkCostModel {
   double stepSeconds = 50e-6;           // one exchange between leaders, software included
@@ -41,7 +45,7 @@ struct NetworkCostModel {
   double reduceScatterSeconds(NetworkAlgorithm algorithm, int nodes, size_t bytes) const;
 };
 
-// "ring" / "recursive_doubling" / "rabenseifner", as MOJOCCL_NET_ALGO spells them.
+// "ring" / "recursive_doubling" / "rabenseifner" / "tree", as MOJOCCL_NET_ALGO spells them.
 std::string nameOf(NetworkAlgorithm algorithm);
 // The algorithm of that name; an unknown name fails, naming the known ones
 // (`setting`: the text it came from, for the message).
@@ -55,7 +59,7 @@ class NetworkAlgorithms {
   // MOJOCCL_NET_ALGO as set, "auto" where unset or empty: what every rank must share.
   static std::string setting();
   // Among the allowed ones, the fastest by the model (on a tie, the first
-  // of ring, recursive doubling, rabenseifner).
+  // of ring, recursive doubling, rabenseifner, tree).
   NetworkAlgorithm allReduce(int nodes, size_t bytes) const;
   // The same for a reduce-scatter: the ring or rabenseifner (its halving).
   NetworkAlgorithm reduceScatter(int nodes, size_t bytes) const;

@@ -163,7 +163,7 @@ ncclResult_t mojocclCommFailedRanks(ncclComm_t comm, int* ranks, int* count);
 
 /* libmojoccl's own: the cost model of the all-reduce between nodes (one
  * leader each) for `bytes` past the size that travels in one message:
- * the algorithm named by `algorithm` ("ring", "recursive_doubling", "rabenseifner"), or,
+ * the algorithm named by `algorithm` ("ring", "recursive_doubling", "rabenseifner", "tree"), or,
  * where it is NULL, the one this process's MOJOCCL_NET_ALGO lets the model
  * choose; its name goes to `chosen` (`size` bytes) and its predicted time
  * to *seconds. What `torch-mojo bench --model` prints. */
