@@ -59,9 +59,11 @@ class NetworkAlgorithms {
   // MOJOCCL_NET_ALGO as set, "auto" where unset or empty: what every rank must share.
   static std::string setting();
   // Among the allowed ones, the fastest by the model (on a tie, the first
-  // of ring, recursive doubling, rabenseifner, tree).
+  // of rabenseifner, ring, recursive doubling, tree).
   NetworkAlgorithm allReduce(int nodes, size_t bytes) const;
-  // The same for a reduce-scatter: the ring or rabenseifner (its halving).
+  // The same for a reduce-scatter: the ring or rabenseifner (its halving;
+  // on a tie the ring, which on single-rank nodes reads and writes the
+  // caller's buffers).
   NetworkAlgorithm reduceScatter(int nodes, size_t bytes) const;
   const NetworkCostModel& model() const { return model_; }
 
