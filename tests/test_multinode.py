@@ -215,16 +215,6 @@ def test_an_algorithm_forced_where_the_node_count_is_not_a_power_of_two(algorith
         assert "checked" in result.stdout
 
 
-def test_reduce_scatter_on_rails_by_recursive_halving():
-    # Rabenseifner's forced: on 2 nodes of 2 consecutive ranks each local
-    # rank halves its node sums (one per node) on its rail, where the model
-    # would take the ring; the all-reduce's slices go the same way.
-    env = {**FABRIC, "MOJOCCL_NET_ALGO": "rabenseifner"}
-    results = run_worker("collectives", 4, "--quick", env=env, rank_env=on_nodes("a", "a", "b", "b"), timeout=300)
-    for result in results:
-        assert "checked" in result.stdout
-
-
 def test_a_setting_only_one_rank_has_still_fails_every_rank():
     results = run_worker("ccl", 2, "init", env=FABRIC, timeout=60, rank_env={
         0: {"MOJOCCL_HOSTID": "a"},

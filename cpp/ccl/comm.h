@@ -169,14 +169,7 @@ class Comm {
   void allReduceBetweenNodes(const NetworkGroup& group, void* data, size_t count, const Call& call);
   void broadcastAcrossNodes(const Call& call);
   void allGatherAcrossNodes(const Call& call);
-  // Nodes of consecutive ranks on rails: local rank i of every node swaps
-  // its block on its rail, then each node gathers its rails' blocks.
-  void allGatherOnRails(const Call& call);
   void reduceScatterAcrossNodes(const Call& call);
-  // Nodes of consecutive ranks on rails: each node reduce-scatters, so that
-  // local rank i holds its node's sums of block i of every node, which it
-  // reduce-scatters on its rail.
-  void reduceScatterOnRails(const Call& call);
   void reduceAcrossNodes(const Call& call);
   // Checks `call`, then runs it within the node, or across nodes once every
   // rank agrees on it (`agreesItself`: `acrossNodes` finds that out itself).
