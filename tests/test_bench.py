@@ -75,7 +75,7 @@ def test_model_chooses_the_algorithm_it_predicts_faster(tmp_path):
                         "all_reduce,262144,65536,float32,mojo+fabric,2,321.0,0.8,0.8,0\n")
     out = bench(tmp_path, "--model", "--sizes", "8,256K,16M", "--measured", str(measured))
     rows = [line.split() for line in table_rows(out)]
-    # 8 B travels in the leaders' frames, outside the model: 10 node counts x 2 sizes.
+    # 8 B travels in the leaders' frames, outside the model: 13 node counts x 2 sizes.
     assert len(rows) == 26 and {(row[1], row[2]) for row in rows} == {("256", "KiB"), ("16", "MiB")}
     algorithms = ["ring", "recursive_doubling", "rabenseifner", "tree"]
     preference = ["rabenseifner", "ring", "recursive_doubling", "tree"]  # on a tie

@@ -24,15 +24,9 @@ struct Segment {
   FabricTransport::Ticket arrival = 0;
 };
 
-// `slice` cut into segments (one, if empty: an empty message still travels).
-// Sender and receiver cut the same slice alike.
 std::vector<Segment> segmentsOf(const NetworkGroup& group, Slice slice, size_t elementSize) {
-  const size_t bytes = (slice.end - slice.begin) * elementSize;
-  const size_t perSegment = std::max<size_t>(1, group.fabric.segmentFor(bytes) / elementSize);
   std::vector<Segment> segments;
-  forEachChunk(slice.end - slice.begin, perSegment, [&](size_t offset, size_t count) {
-    segments.push_back({{slice.begin + offset, slice.begin + offset + count}});
-  });
+  for (Slice piece : segmentSlices(group, slice, elementSize)) segments.push_back({piece});
   return segments;
 }
 
@@ -56,6 +50,16 @@ void reduceWhilePolling(const NetworkGroup& group, void* dst, const void* first,
 }
 
 }  // namespace
+
+std::vector<Slice> segmentSlices(const NetworkGroup& group, Slice slice, size_t elementSize) {
+  const size_t bytes = (slice.end - slice.begin) * elementSize;
+  const size_t perSegment = std::max<size_t>(1, group.fabric.segmentFor(bytes) / elementSize);
+  std::vector<Slice> segments;
+  forEachChunk(slice.end - slice.begin, perSegment, [&](size_t offset, size_t count) {
+    segments.push_back({slice.begin + offset, slice.begin + offset + count});
+  });
+  return segments;
+}
 
 void networkReduceScatter(const NetworkGroup& group, const RingBuffers& buffers, const std::vector<Slice>& slices,
                           int shift, ncclDataType_t datatype, ncclRedOp_t op, const std::function<void(Slice)>& whole) {

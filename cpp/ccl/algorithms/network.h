@@ -40,6 +40,11 @@ struct NetworkGroup {
   int previous() const { return ranks[(self + size() - 1) % size()]; }
 };
 
+// `slice` (in elements) cut into the segments a message of it travels in
+// (FabricTransport::segmentFor; one, if empty: an empty message still
+// travels). Sender and receiver cut the same slice alike.
+std::vector<Slice> segmentSlices(const NetworkGroup& group, Slice slice, size_t elementSize);
+
 // Ring all-reduce in place: a reduce-scatter then an all-gather, each slice
 // reduced by one rank in ring order, so every rank ends with the same bits.
 // `op` must not be ncclAvg (the caller divides once, by the whole count).

@@ -110,11 +110,7 @@ void networkAllReduceTree(const NetworkGroup& group, void* data, size_t count, n
     const int position = positionIn(tree, group.self, n);
     if (shape.parent[position] >= 0) role.parent = group.ranks[memberAt(tree, shape.parent[position], n)];
     for (int child : shape.children[position]) role.children.push_back(group.ranks[memberAt(tree, child, n)]);
-    const Slice half = sliceOf(count, 2, tree, size);
-    const size_t perSegment = std::max<size_t>(1, fabric.segmentFor((half.end - half.begin) * size) / size);
-    forEachChunk(half.end - half.begin, perSegment, [&](size_t offset, size_t length) {
-      role.segments.push_back({half.begin + offset, half.begin + offset + length});
-    });
+    role.segments = segmentSlices(group, sliceOf(count, 2, tree, size), size);
   }
   auto bytes = [&](Slice piece) { return (piece.end - piece.begin) * size; };
   auto segmentOf = [](const TreeRole& role, size_t step, size_t behind) -> const Slice* {
