@@ -215,6 +215,29 @@ def test_an_algorithm_forced_where_the_node_count_is_not_a_power_of_two(algorith
         assert "checked" in result.stdout
 
 
+def test_reduce_scatter_on_rails_by_recursive_halving():
+    # Rabenseifner's forced: on 2 nodes of 2 consecutive ranks each local
+    # rank halves its node sums (one per node) on its rail, where the model
+    # would take the ring; the all-reduce's slices go the same way.
+    env = {**FABRIC, "MOJOCCL_NET_ALGO": "rabenseifner"}
+    results = run_worker("collectives", 4, "--quick", env=env, rank_env=on_nodes("a", "a", "b", "b"), timeout=300)
+    for result in results:
+        assert "checked" in result.stdout
+
+
+def test_rails_with_ranks_out_of_step():
+    # Every rank sleeps a random 0-3 ms before each call, so a rail peer's
+    # data often arrives long before the receive: all-gathers,
+    # reduce-scatters and all-reduces of 16 MiB on rails, 2 nodes x 2 ranks.
+    # Before the rails' members met after their data, such runs stalled on
+    # a receive whose message the peer had sent (7 runs of 1,500 calls out
+    # of 7, the first stall at call 38 to 764).
+    env = {**FABRIC, "MOJOCCL_IB_TIMEOUT_S": "20"}
+    results = run_worker("jittered", 4, "600", env=env, rank_env=on_nodes("a", "a", "b", "b"), timeout=300)
+    for result in results:
+        assert ", 0 wrong" in result.stdout, result.stdout
+
+
 def test_a_setting_only_one_rank_has_still_fails_every_rank():
     results = run_worker("ccl", 2, "init", env=FABRIC, timeout=60, rank_env={
         0: {"MOJOCCL_HOSTID": "a"},

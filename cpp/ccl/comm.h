@@ -136,6 +136,9 @@ class Comm {
   // Local rank `index` of every node, in node order; rail 0 is the leaders.
   NetworkGroup rail(const Call& call, int index);
   NetworkGroup leaders(const Call& call) { return rail(call, 0); }
+  // Runs `run` on this rank's rail (local rank localIndex_ of every node),
+  // then has the rail's members meet.
+  void onRail(const Call& call, const std::function<void(const NetworkGroup&)>& run);
   // Every node has the same number of ranks, more than one, and
   // MOJOCCL_NET_RAILS does not turn rails off.
   bool onRails() const { return rails_; }
@@ -169,7 +172,14 @@ class Comm {
   void allReduceBetweenNodes(const NetworkGroup& group, void* data, size_t count, const Call& call);
   void broadcastAcrossNodes(const Call& call);
   void allGatherAcrossNodes(const Call& call);
+  // Nodes of consecutive ranks on rails: local rank i of every node swaps
+  // its block on its rail, then each node gathers its rails' blocks.
+  void allGatherOnRails(const Call& call);
   void reduceScatterAcrossNodes(const Call& call);
+  // Nodes of consecutive ranks on rails: each node reduce-scatters, so that
+  // local rank i holds its node's sums of block i of every node, which it
+  // reduce-scatters on its rail.
+  void reduceScatterOnRails(const Call& call);
   void reduceAcrossNodes(const Call& call);
   // Checks `call`, then runs it within the node, or across nodes once every
   // rank agrees on it (`agreesItself`: `acrossNodes` finds that out itself).

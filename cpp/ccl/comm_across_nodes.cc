@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 
 #include "algorithms/network.h"
 #include "algorithms/step.h"
@@ -16,9 +17,10 @@
 namespace mojoccl {
 namespace {
 
-// A rail's slice at least this large: nodes of many ranks (a CPU rank per
-// core) would otherwise cut a mid-size all-reduce into as many streams of
-// small messages, each paying every step's latency.
+// A rail's slice of an all-reduce (a rank's block of an all-gather or a
+// reduce-scatter) at least this large: nodes of many ranks (a CPU rank per
+// core) would otherwise cut a mid-size call into as many streams of small
+// messages, each paying every step's latency.
 constexpr size_t kMinRailSliceBytes = 64 << 10;
 
 }  // namespace
@@ -32,6 +34,15 @@ NetworkGroup Comm::rail(const Call& call, int index) {
   std::vector<int> ranks;
   for (const auto& node : nodes_) ranks.push_back(node[index]);
   return {*fabric_, receiveRoom_, ranks, node_, call.describe() + " across nodes"};
+}
+
+// The rail's members meet after the data: the last message of a call on a
+// rail is then never the last one on its connection (networkMeet). The
+// leaders need no meeting: the next call's agreement follows their data.
+void Comm::onRail(const Call& call, const std::function<void(const NetworkGroup&)>& run) {
+  const NetworkGroup group = rail(call, localIndex_);
+  run(group);
+  networkMeet(group);
 }
 
 namespace {
@@ -307,7 +318,7 @@ void Comm::allReduceOnRails(const Call& call, void* result) {
   scatter.count = slice;
   scatter.op = call.op == ncclAvg ? ncclSum : call.op;
   localReduceScatter(scatter);
-  allReduceBetweenNodes(rail(call, localIndex_), mine, slice, call);
+  onRail(call, [&](const NetworkGroup& group) { allReduceBetweenNodes(group, mine, slice, call); });
   Call gather = call;
   gather.kind = CallKind::AllGather;
   gather.send = mine;
@@ -331,11 +342,12 @@ void Comm::broadcastAcrossNodes(const Call& call) {
 }
 
 void Comm::allGatherAcrossNodes(const Call& call) {
+  const size_t block = call.count * datatypeSize(call.datatype);
+  if (onRails() && nodesAreRankRanges() && block >= kMinRailSliceBytes) return allGatherOnRails(call);
   // Each node's blocks gather at its leader, in node order; the leaders
   // swap them, put them in rank order, and broadcast. Where each node's
   // ranks are consecutive (as launchers place them), node order is rank
   // order: they gather in the result itself, with no copy to reorder them.
-  const size_t block = call.count * datatypeSize(call.datatype);
   const bool inPlace = nodesAreRankRanges();
   char* gathered = inPlace ? static_cast<char*>(call.recv) : scratch(block * size_);
   std::vector<Slice> nodeBlocks;  // in bytes of `gathered`, in node order
@@ -362,8 +374,65 @@ void Comm::allGatherAcrossNodes(const Call& call) {
   localBroadcast(fromLeader);
 }
 
+// Local rank i of every node swaps its block with the others of its rail
+// (its own endpoint and NIC, as the all-reduce on rails), straight into
+// the result; then each node's ranks gather, node by node, the blocks their
+// rails brought. Every rank carries its share of the node's bytes between
+// nodes, where the leaders' all-gather puts them all on the first rank's.
+void Comm::allGatherOnRails(const Call& call) {
+  const size_t block = call.count * datatypeSize(call.datatype);
+  char* result = static_cast<char*>(call.recv);
+  if (call.send != result + rank_ * block) std::memcpy(result + rank_ * block, call.send, block);
+  std::vector<Slice> railBlocks;  // in bytes of the result, in node order
+  for (const auto& node : nodes_) railBlocks.push_back({node[localIndex_] * block, (node[localIndex_] + 1) * block});
+  const auto allGather = static_cast<int>(nodes_.size()) <= directNodes_ ? networkAllGather : networkAllGatherRing;
+  onRail(call, [&](const NetworkGroup& group) { allGather(group, result, railBlocks); });
+  for (const auto& node : nodes_) {
+    Call inNode = call;
+    inNode.send = result + node[localIndex_] * block;
+    inNode.recv = result + node.front() * block;
+    localAllGather(inNode);
+  }
+}
+
+// Each node's ranks reduce-scatter, node by node, so that local rank i
+// holds its node's sum of block i of every node; local rank i of every
+// node then reduce-scatters those sums on its rail (round the ring or by
+// recursive halving, as the cost model says), each ending with its block.
+void Comm::reduceScatterOnRails(const Call& call) {
+  const size_t size = datatypeSize(call.datatype);
+  const size_t nodes = nodes_.size();
+  const ncclRedOp_t op = call.op == ncclAvg ? ncclSum : call.op;
+  char* sums = scratch(call.count * nodes * size);  // our rail's blocks, one per node, in node order
+  std::vector<Slice> byNode;
+  for (size_t node = 0; node < nodes; ++node) {
+    Call inNode = call;
+    inNode.send = bytesAt(call.send, nodes_[node].front() * call.count, size);
+    inNode.recv = bytesAt(sums, node * call.count, size);
+    inNode.op = op;
+    localReduceScatter(inNode);
+    byNode.push_back({node * call.count, (node + 1) * call.count});
+  }
+  const bool ring = networkAlgorithms_.reduceScatter(static_cast<int>(nodes), call.count * nodes * size) ==
+                    NetworkAlgorithm::Ring;
+  onRail(call, [&](const NetworkGroup& group) {
+    if (ring)
+      networkReduceScatter(group, {sums, sums, call.recv}, byNode, 0, call.datatype, op, nullptr);
+    else
+      networkReduceScatterHalving(group, sums, byNode, call.datatype, op);
+  });
+  if (!ring) std::memcpy(call.recv, bytesAt(sums, node_ * call.count, size), call.count * size);
+  if (call.op == ncclAvg) {
+    const void* sum[1] = {call.recv};
+    mojoccl::reduce(call.recv, sum, 1, call.count, call.datatype, ncclAvg, size_);
+  }
+}
+
 void Comm::reduceScatterAcrossNodes(const Call& call) {
-  if (acrossNodesType(call.datatype) == call.datatype && nodesAreRankRanges()) return reduceScatterByNodes(call);
+  if (acrossNodesType(call.datatype) == call.datatype && nodesAreRankRanges()) {
+    if (onRails() && call.count * datatypeSize(call.datatype) >= kMinRailSliceBytes) return reduceScatterOnRails(call);
+    return reduceScatterByNodes(call);
+  }
   // The whole all-reduce, of which this rank keeps its block.
   const size_t block = call.count * datatypeSize(call.datatype);
   Call whole = call;
