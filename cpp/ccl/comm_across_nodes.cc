@@ -36,9 +36,10 @@ NetworkGroup Comm::rail(const Call& call, int index) {
   return {*fabric_, receiveRoom_, ranks, node_, call.describe() + " across nodes"};
 }
 
-// The rail's members meet after the data: the last message of a call on a
-// rail is then never the last one on its connection (networkMeet). The
-// leaders need no meeting: the next call's agreement follows their data.
+// The rail's members meet after the data (networkMeet): on a rail nothing
+// else follows a call's last message before the rail's next call, which
+// first waits for the node's ranks in shared memory, so an undelivered
+// last message would be a deadlock.
 void Comm::onRail(const Call& call, const std::function<void(const NetworkGroup&)>& run) {
   const NetworkGroup group = rail(call, localIndex_);
   run(group);

@@ -121,9 +121,10 @@ void networkBroadcast(const NetworkGroup& group, void* data, size_t bytes, int r
 // Every member sends every other an empty message and waits for theirs:
 // what a group does after a collective where nothing else would follow its
 // last message on a connection before the next call needs that message (a
-// rail; the leaders' next agreement follows their data). Over tcp,
-// libfabric 1.17's ofi_rxm at times left such a last message undelivered,
-// although its sender's send had completed (docs/multinode.md).
+// rail; the leaders' next agreement follows their data, which only bounds
+// the wait). Over tcp, libfabric 1.17's ofi_rxm at times left such a last
+// message undelivered, although its sender's send had completed, until
+// another arrived (docs/multinode.md).
 void networkMeet(const NetworkGroup& group);
 
 // Every member's block (of its own size) to every member, in place:
