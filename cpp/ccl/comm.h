@@ -136,9 +136,6 @@ class Comm {
   // Local rank `index` of every node, in node order; rail 0 is the leaders.
   NetworkGroup rail(const Call& call, int index);
   NetworkGroup leaders(const Call& call) { return rail(call, 0); }
-  // Runs `run` on this rank's rail (local rank localIndex_ of every node),
-  // then has the rail's members meet.
-  void onRail(const Call& call, const std::function<void(const NetworkGroup&)>& run);
   // Every node has the same number of ranks, more than one, and
   // MOJOCCL_NET_RAILS does not turn rails off.
   bool onRails() const { return rails_; }

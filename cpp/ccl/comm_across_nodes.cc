@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 
 #include "algorithms/network.h"
 #include "algorithms/step.h"
@@ -34,16 +33,6 @@ NetworkGroup Comm::rail(const Call& call, int index) {
   std::vector<int> ranks;
   for (const auto& node : nodes_) ranks.push_back(node[index]);
   return {*fabric_, receiveRoom_, ranks, node_, call.describe() + " across nodes"};
-}
-
-// The rail's members meet after the data (networkMeet): on a rail nothing
-// else follows a call's last message before the rail's next call, which
-// first waits for the node's ranks in shared memory, so an undelivered
-// last message would be a deadlock.
-void Comm::onRail(const Call& call, const std::function<void(const NetworkGroup&)>& run) {
-  const NetworkGroup group = rail(call, localIndex_);
-  run(group);
-  networkMeet(group);
 }
 
 namespace {
@@ -319,7 +308,7 @@ void Comm::allReduceOnRails(const Call& call, void* result) {
   scatter.count = slice;
   scatter.op = call.op == ncclAvg ? ncclSum : call.op;
   localReduceScatter(scatter);
-  onRail(call, [&](const NetworkGroup& group) { allReduceBetweenNodes(group, mine, slice, call); });
+  allReduceBetweenNodes(rail(call, localIndex_), mine, slice, call);
   Call gather = call;
   gather.kind = CallKind::AllGather;
   gather.send = mine;
@@ -387,7 +376,7 @@ void Comm::allGatherOnRails(const Call& call) {
   std::vector<Slice> railBlocks;  // in bytes of the result, in node order
   for (const auto& node : nodes_) railBlocks.push_back({node[localIndex_] * block, (node[localIndex_] + 1) * block});
   const auto allGather = static_cast<int>(nodes_.size()) <= directNodes_ ? networkAllGather : networkAllGatherRing;
-  onRail(call, [&](const NetworkGroup& group) { allGather(group, result, railBlocks); });
+  allGather(rail(call, localIndex_), result, railBlocks);
   for (const auto& node : nodes_) {
     Call inNode = call;
     inNode.send = result + node[localIndex_] * block;
@@ -416,12 +405,11 @@ void Comm::reduceScatterOnRails(const Call& call) {
   }
   const bool ring = networkAlgorithms_.reduceScatter(static_cast<int>(nodes), call.count * nodes * size) ==
                     NetworkAlgorithm::Ring;
-  onRail(call, [&](const NetworkGroup& group) {
-    if (ring)
-      networkReduceScatter(group, {sums, sums, call.recv}, byNode, 0, call.datatype, op, nullptr);
-    else
-      networkReduceScatterHalving(group, sums, byNode, call.datatype, op);
-  });
+  const NetworkGroup group = rail(call, localIndex_);
+  if (ring)
+    networkReduceScatter(group, {sums, sums, call.recv}, byNode, 0, call.datatype, op, nullptr);
+  else
+    networkReduceScatterHalving(group, sums, byNode, call.datatype, op);
   if (!ring) std::memcpy(call.recv, bytesAt(sums, node_ * call.count, size), call.count * size);
   if (call.op == ncclAvg) {
     const void* sum[1] = {call.recv};

@@ -1,7 +1,9 @@
 """One rank of the jittered job: large all-gathers, reduce-scatters and
 all-reduces in turn, each rank first sleeping a random 0-3 ms, so that a
 peer's data often lands long before its receive is posted. Every
-result is checked. Usage: jittered.py [calls]"""
+result is checked. After each call the ranks meet in a barrier of a gloo
+group, as jobs that mix process groups do: no later message of the mojo
+group can deliver one that its call left behind. Usage: jittered.py [calls]"""
 
 import datetime
 import random
@@ -21,6 +23,7 @@ def main():
     torch_mojo.register_mojo_devices()
     dist.init_process_group("mojo", timeout=datetime.timedelta(seconds=60))
     rank, world = dist.get_rank(), dist.get_world_size()
+    gloo = dist.new_group(backend="gloo")
     pause = random.Random(rank)
     mine = torch.full((BLOCK,), float(rank + 1))
     everyone = torch.full((BLOCK * world,), float(rank + 1))
@@ -42,6 +45,7 @@ def main():
             dist.all_reduce(summed)
             ok = bool((summed == total).all())
         wrong += not ok
+        dist.barrier(group=gloo)
     print(f"rank {rank}: {calls} calls, {wrong} wrong", flush=True)
     dist.destroy_process_group()
 

@@ -53,7 +53,7 @@ void reduceWhilePolling(const NetworkGroup& group, void* dst, const void* first,
 
 std::vector<Slice> segmentSlices(const NetworkGroup& group, Slice slice, size_t elementSize) {
   const size_t bytes = (slice.end - slice.begin) * elementSize;
-  const size_t perSegment = std::max<size_t>(1, group.fabric.segmentFor(bytes) / elementSize);
+  const size_t perSegment = group.fabric.segmentFor(bytes, elementSize) / elementSize;
   std::vector<Slice> segments;
   forEachChunk(slice.end - slice.begin, perSegment, [&](size_t offset, size_t count) {
     segments.push_back({slice.begin + offset, slice.begin + offset + count});
@@ -357,15 +357,6 @@ void networkBroadcast(const NetworkGroup& group, void* data, size_t bytes, int r
     for (int child : children) fabric.postSend(child, segments[i].first, segments[i].second);
   }
   fabric.waitAll(group.what);
-}
-
-void networkMeet(const NetworkGroup& group) {
-  char nothing = 0;
-  for (int member = 0; member < group.size(); ++member)
-    if (member != group.self) group.fabric.postRecv(group.ranks[member], &nothing, 0);
-  for (int member = 0; member < group.size(); ++member)
-    if (member != group.self) group.fabric.postSend(group.ranks[member], &nothing, 0);
-  group.fabric.waitAll(group.what);
 }
 
 void networkAllGather(const NetworkGroup& group, char* data, const std::vector<Slice>& blocks) {

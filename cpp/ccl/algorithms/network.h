@@ -118,15 +118,6 @@ void networkReduceScatterHalving(const NetworkGroup& group, void* data, const st
 // binomial tree (log2(size) rounds), pipelined in segments.
 void networkBroadcast(const NetworkGroup& group, void* data, size_t bytes, int root);
 
-// Every member sends every other an empty message and waits for theirs:
-// what a group does after a collective where nothing else would follow its
-// last message on a connection before the next call needs that message (a
-// rail; the leaders' next agreement follows their data, which only bounds
-// the wait). Over tcp, libfabric 1.17's ofi_rxm at times left such a last
-// message undelivered, although its sender's send had completed, until
-// another arrived (docs/multinode.md).
-void networkMeet(const NetworkGroup& group);
-
 // Every member's block (of its own size) to every member, in place:
 // blocks[i] is where member i's block lies in `data` (in bytes); ours is
 // read, the others are written. Directly: each member sends its block to

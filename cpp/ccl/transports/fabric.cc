@@ -253,9 +253,22 @@ FabricTransport::Ticket FabricTransport::postRecvUpTo(int peer, void* data, size
 // broadcast of 1 MiB from 194-243 to 143, the all-to-all of 256 KiB from
 // 103 to 55 and a point-to-point swap of 256 KiB from 96-213 to 71; from
 // 32 MiB they were as fast as 1 MiB pieces or up to 7% slower.
-size_t FabricTransport::segmentFor(size_t bytes) const {
+//
+// The pieces are of one size, not whole ones and the rest: over tcp,
+// libfabric 1.17's ofi_rxm at times left a small last piece behind a
+// burst of large ones undelivered (its send complete, its receive
+// pending) until another message came on the connection. A 4 MiB block in
+// pieces of 130,816 bytes ended in one of 8,192; where nothing else
+// followed (a rail's last message before the node's ranks met in shared
+// memory, or a gloo barrier after the call) the job stalled until
+// MOJOCCL_IB_TIMEOUT_S (docs/multinode.md).
+size_t FabricTransport::segmentFor(size_t bytes, size_t granule) const {
   constexpr size_t kLargePiece = size_t{1} << 20, kEagerPiecesUpTo = size_t{8} << 20;
-  return bytes <= kEagerPiecesUpTo ? std::min(eagerMessage_, kLargePiece) : kLargePiece;
+  const size_t limit = bytes <= kEagerPiecesUpTo ? std::min(eagerMessage_, kLargePiece) : kLargePiece;
+  const size_t largest = std::max(granule, limit / granule * granule);
+  const size_t pieces = std::max<size_t>(1, (bytes + largest - 1) / largest);
+  const size_t even = (bytes + pieces - 1) / pieces;
+  return std::max(granule, (even + granule - 1) / granule * granule);
 }
 
 void FabricTransport::postBufferedSend(int peer, const void* data, size_t bytes, size_t piece) {

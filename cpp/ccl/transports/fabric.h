@@ -72,9 +72,11 @@ class FabricTransport {
   // maxMessage() where the provider says nothing of it.
   size_t eagerMessage() const { return eagerMessage_; }
   // The pieces a message of `bytes` moves fastest in, several in flight:
-  // up to 8 MiB, eagerMessage() (at most 1 MiB); past that, 1 MiB.
+  // up to 8 MiB, eagerMessage() (at most 1 MiB); past that, 1 MiB. As few
+  // pieces as that allows, of one size (a multiple of `granule` bytes: an
+  // element), the last no larger: no message ends in a small piece.
   // Sender and receiver cut a message alike.
-  size_t segmentFor(size_t bytes) const;
+  size_t segmentFor(size_t bytes, size_t granule = 1) const;
   // Copies the message and posts it, in messages of `piece` bytes (whole
   // ones, then the rest: the receiver posts as many), each as soon as it is
   // copied: it completes on its own.
