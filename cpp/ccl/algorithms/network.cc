@@ -53,9 +53,9 @@ void reduceWhilePolling(const NetworkGroup& group, void* dst, const void* first,
 
 std::vector<Slice> segmentSlices(const NetworkGroup& group, Slice slice, size_t elementSize) {
   const size_t bytes = (slice.end - slice.begin) * elementSize;
-  const size_t perSegment = group.fabric.segmentFor(bytes, elementSize) / elementSize;
+  const size_t perSegment = std::max<size_t>(1, group.fabric.segmentFor(bytes) / elementSize);
   std::vector<Slice> segments;
-  forEachChunk(slice.end - slice.begin, perSegment, [&](size_t offset, size_t count) {
+  forEachPiece(slice.end - slice.begin, perSegment, [&](size_t offset, size_t count) {
     segments.push_back({slice.begin + offset, slice.begin + offset + count});
   });
   return segments;
@@ -345,8 +345,7 @@ void networkBroadcast(const NetworkGroup& group, void* data, size_t bytes, int r
     if (relative + below < n) children.push_back(member(relative + below));
   // Segment by segment, each passed on as it lands.
   std::vector<std::pair<char*, size_t>> segments;
-  const size_t segmentBytes = group.fabric.segmentFor(bytes);
-  forEachChunk(bytes, segmentBytes, [&](size_t offset, size_t length) {
+  forEachPiece(bytes, group.fabric.segmentFor(bytes), [&](size_t offset, size_t length) {
     segments.push_back({static_cast<char*>(data) + offset, length});
   });
   std::vector<FabricTransport::Ticket> arrivals;

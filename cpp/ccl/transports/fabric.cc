@@ -253,22 +253,9 @@ FabricTransport::Ticket FabricTransport::postRecvUpTo(int peer, void* data, size
 // broadcast of 1 MiB from 194-243 to 143, the all-to-all of 256 KiB from
 // 103 to 55 and a point-to-point swap of 256 KiB from 96-213 to 71; from
 // 32 MiB they were as fast as 1 MiB pieces or up to 7% slower.
-//
-// The pieces are of one size, not whole ones and the rest: over tcp,
-// libfabric 1.17's ofi_rxm at times left a small last piece behind a
-// burst of large ones undelivered (its send complete, its receive
-// pending) until another message came on the connection. A 4 MiB block in
-// pieces of 130,816 bytes ended in one of 8,192; where nothing else
-// followed (a rail's last message before the node's ranks met in shared
-// memory, or a gloo barrier after the call) the job stalled until
-// MOJOCCL_IB_TIMEOUT_S (docs/multinode.md).
-size_t FabricTransport::segmentFor(size_t bytes, size_t granule) const {
+size_t FabricTransport::segmentFor(size_t bytes) const {
   constexpr size_t kLargePiece = size_t{1} << 20, kEagerPiecesUpTo = size_t{8} << 20;
-  const size_t limit = bytes <= kEagerPiecesUpTo ? std::min(eagerMessage_, kLargePiece) : kLargePiece;
-  const size_t largest = std::max(granule, limit / granule * granule);
-  const size_t pieces = std::max<size_t>(1, (bytes + largest - 1) / largest);
-  const size_t even = (bytes + pieces - 1) / pieces;
-  return std::max(granule, (even + granule - 1) / granule * granule);
+  return bytes <= kEagerPiecesUpTo ? std::min(eagerMessage_, kLargePiece) : kLargePiece;
 }
 
 void FabricTransport::postBufferedSend(int peer, const void* data, size_t bytes, size_t piece) {
@@ -282,17 +269,15 @@ void FabricTransport::postBufferedSend(int peer, const void* data, size_t bytes,
   // one is: the wire starts on the first while the rest is still copied.
   const char* from = static_cast<const char*>(data);
   try {
-    for (size_t offset = 0;; offset += piece) {
-      const size_t length = std::min(piece, bytes - offset);
+    forEachPiece(bytes, piece, [&](size_t offset, size_t length) {
       std::memcpy(copy->data() + offset, from + offset, length);
       std::lock_guard<std::mutex> lock(mutex_);
       postOrCancel(peer, true, copy->data() + offset, length, copy);
-      if (offset + length >= bytes) {
+      if (offset + length < bytes)
+        bufferedPosted_.notify_one();
+      else
         copy.reset();  // with the lock held: the last reference hands the copy back to the spares
-        break;
-      }
-      bufferedPosted_.notify_one();
-    }
+    });
   } catch (const Error&) {
     std::lock_guard<std::mutex> lock(mutex_);
     copy.reset();
@@ -608,18 +593,6 @@ void FabricTransport::failRequest(const fi_cq_err_entry& error, const std::strin
                             peer + " failed: " + library_.strerror(error.err) + " (" + detail + ")");
 }
 
-namespace {
-
-// The pieces of a payload of `bytes` (more than fit with a header), as
-// sender and receiver both count them: whole ones, then the rest.
-template <typename Body>
-void forEachPiece(const FabricTransport& fabric, size_t bytes, Body body) {
-  const size_t piece = fabric.segmentFor(bytes);
-  for (size_t offset = 0; offset < bytes; offset += piece) body(offset, std::min(piece, bytes - offset));
-}
-
-}  // namespace
-
 void exchangeHeadered(FabricTransport& fabric, const std::vector<HeaderedMessage>& messages,
                       size_t headerBytes, bool payloadsInPlace,
                       const std::function<std::pair<void*, size_t>(size_t index)>& receiveInto,
@@ -652,7 +625,7 @@ void exchangeHeadered(FabricTransport& fabric, const std::vector<HeaderedMessage
     if (!message.isSend || message.payloadBytes <= inlineBytes) continue;
     const char* payload = static_cast<const char*>(message.payload);
     if (payloadsInPlace)
-      forEachPiece(fabric, message.payloadBytes, [&](size_t offset, size_t length) {
+      forEachPiece(message.payloadBytes, fabric.segmentFor(message.payloadBytes), [&](size_t offset, size_t length) {
         fabric.postSend(message.peer, payload + offset, length);
       });
     else
@@ -672,7 +645,7 @@ void exchangeHeadered(FabricTransport& fabric, const std::vector<HeaderedMessage
                                     std::to_string(payload.second) + " bytes behind its header");
       std::memcpy(payload.first, arrived[i].get() + headerBytes, payload.second);
     } else {
-      forEachPiece(fabric, payload.second, [&](size_t offset, size_t length) {
+      forEachPiece(payload.second, fabric.segmentFor(payload.second), [&](size_t offset, size_t length) {
         fabric.postRecv(messages[i].peer, static_cast<char*>(payload.first) + offset, length);
       });
     }

@@ -41,6 +41,21 @@
 
 namespace mojoccl {
 
+// A message of `units` (bytes, or elements) cut into pieces of `piece`
+// units: `body(offset, count)` for the rest first, if any, then for each
+// whole piece, in order; once with count 0 for an empty message. Sender
+// and receiver cut a message alike. The rest goes first so that a message
+// never ends in a small piece: over tcp, libfabric 1.17's ofi_rxm at
+// times left a small last piece behind large ones undelivered (its send
+// complete, its receive pending) until another message came on the
+// connection (docs/multinode.md).
+template <typename Body>
+void forEachPiece(size_t units, size_t piece, Body body) {
+  size_t offset = units % piece;
+  if (offset > 0 || units == 0) body(0, offset);
+  for (; offset < units; offset += piece) body(offset, piece);
+}
+
 class FabricTransport {
  public:
   // Collective over `bootstrap`: every rank of the communicator opens an
@@ -72,14 +87,12 @@ class FabricTransport {
   // maxMessage() where the provider says nothing of it.
   size_t eagerMessage() const { return eagerMessage_; }
   // The pieces a message of `bytes` moves fastest in, several in flight:
-  // up to 8 MiB, eagerMessage() (at most 1 MiB); past that, 1 MiB. As few
-  // pieces as that allows, of one size (a multiple of `granule` bytes: an
-  // element), the last no larger: no message ends in a small piece.
+  // up to 8 MiB, eagerMessage() (at most 1 MiB); past that, 1 MiB.
   // Sender and receiver cut a message alike.
-  size_t segmentFor(size_t bytes, size_t granule = 1) const;
-  // Copies the message and posts it, in messages of `piece` bytes (whole
-  // ones, then the rest: the receiver posts as many), each as soon as it is
-  // copied: it completes on its own.
+  size_t segmentFor(size_t bytes) const;
+  // Copies the message and posts it, in messages of `piece` bytes (as
+  // forEachPiece cuts it: the receiver posts as many), each as soon as it
+  // is copied: it completes on its own.
   void postBufferedSend(int peer, const void* data, size_t bytes, size_t piece = SIZE_MAX);
   // Progresses every message posted with postSend/postRecv to completion.
   // `what` names the operation in errors ("ncclAllReduce(...) across nodes").
