@@ -228,9 +228,10 @@ def test_reduce_scatter_on_rails_by_recursive_halving():
 def test_rails_with_ranks_out_of_step():
     # Every rank sleeps a random 0-3 ms before each call, so a rail peer's
     # data often arrives long before the receive: all-gathers,
-    # reduce-scatters and all-reduces of 16 MiB on rails, 2 nodes x 2 ranks,
-    # each followed by a barrier of a gloo group, so that no later message
-    # of the mojo group delivers one its call left behind. While messages
+    # reduce-scatters and all-reduces of 4 MiB blocks (16 MiB buffers) on
+    # rails, 2 nodes x 2 ranks, each followed by a barrier of a gloo group,
+    # so that no later message of the mojo group delivers one its call left
+    # behind. While messages
     # were cut into whole pieces with the rest last (a 4 MiB block: 32
     # pieces of 130,816 bytes, then 8,192), libfabric 1.17's ofi_rxm over
     # tcp at times left that small last piece undelivered: this job stalled
