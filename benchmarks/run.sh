@@ -44,13 +44,13 @@ between_nodes() {
   done
   "$bin/torch-mojo" bench --model --sizes 256K,1M,16M --measured "$out/network-2nodes.csv,$out/network-4nodes.csv" \
     --output "$out/network" | tee "$out/network-model.txt"
-  # 2 nodes of 2 ranks: the all-reduce, all-gather and reduce-scatter on
-  # rails (each local rank carries its share between nodes) and by the
-  # nodes' first ranks alone, next to point-to-point (p2p, wire: every rank
+  # 2 nodes of 2 ranks: the all-reduce, all-gather, reduce-scatter and
+  # broadcast on rails (each local rank carries its share between nodes)
+  # and by the nodes' first ranks alone, next to point-to-point (p2p, wire: every rank
   # swapping with its partner on the other node at once).
   for rails in 1 0; do
     MOJOCCL_NET_RAILS=$rails "$bin/torch-mojo" bench --nproc 4 --ranks-per-node 2 \
-      --backends mojo+fabric,p2p,wire,gloo --collectives all_reduce,all_gather,reduce_scatter --sizes 256K,1M,16M,64M \
+      --backends mojo+fabric,p2p,wire,gloo --collectives all_reduce,all_gather,reduce_scatter,broadcast --sizes 256K,1M,16M,64M \
       --output "$out/rails${rails}-2x2" | tee "$out/rails${rails}-2x2.txt"
   done
   # DDP across two torchrun agents, each a "node" of 1, then 2, workers.

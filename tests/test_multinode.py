@@ -173,8 +173,8 @@ def test_rails_each_local_rank_on_its_own_domain():
     # Nodes of 2 ranks, interleaved: local rank i of each node carries slice
     # i of a large all-reduce on its own endpoint, here on its own domain of
     # the list (lo for the first, eth0 for the second). The whole matrix:
-    # reduce-scatters whose nodes are not rank ranges, and reduces, run on
-    # the rails too.
+    # reduce-scatters whose nodes are not rank ranges, reduces and
+    # broadcasts run on the rails too.
     domains = ",".join(sorted(_tcp_domains())[:2])
     env = {**FABRIC, "MOJOCCL_FABRIC_DOMAIN": domains, "MOJOCCL_IB_TRACE": "1"}
     results = run_worker("collectives", 4, env=env, rank_env=on_nodes("a", "b", "a", "b"), timeout=400)
@@ -223,6 +223,23 @@ def test_reduce_scatter_on_rails_by_recursive_halving():
     results = run_worker("collectives", 4, "--quick", env=env, rank_env=on_nodes("a", "a", "b", "b"), timeout=300)
     for result in results:
         assert "checked" in result.stdout
+
+
+@pytest.mark.parametrize("rails, scenario, carriers", [
+    ("1", "broadcast", (0, 1, 2, 3)), ("0", "broadcast", (0, 2)), ("1", "init", (0, 2)),
+], ids=["broadcasts on rails", "broadcasts by the leaders", "a small all-reduce on rails"])
+def test_broadcasts_on_rails_carry_a_slice_from_every_local_rank(rails, scenario, carriers):
+    # Every buffer registered (MOJOCCL_FABRIC_MR_LOCAL=1): a rank registers
+    # the staging region when it first moves bytes between nodes. Broadcasts
+    # of 1 MiB from every root, 2 nodes x 2 ranks: on rails each local rank
+    # carries its slice; by the leaders, and for a call too small for rails,
+    # only the nodes' first ranks move bytes.
+    env = {**FABRIC, "MOJOCCL_FABRIC_MR_LOCAL": "1", "MOJOCCL_REGION_MB": "1", "MOJOCCL_IB_TRACE": "1",
+           "MOJOCCL_NET_RAILS": rails}
+    for result in ccl_job("aabb", env, scenario, timeout=120):
+        assert f"ok {'broadcast' if scenario == 'broadcast' else 'all_reduce'}" in result.stdout, result.stdout
+        registered = "registered the 1048576-byte staging region with tcp" in result.stderr
+        assert registered == (result.rank in carriers), result.stderr[-3000:]
 
 
 def test_rails_with_ranks_out_of_step():

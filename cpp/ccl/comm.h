@@ -168,6 +168,9 @@ class Comm {
   // by the algorithm the cost model picks; AVG divides by the whole rank count.
   void allReduceBetweenNodes(const NetworkGroup& group, void* data, size_t count, const Call& call);
   void broadcastAcrossNodes(const Call& call);
+  // On rails: local rank i of every node carries slice i from the root's
+  // node on its rail, then each node gathers its rails' slices.
+  void broadcastOnRails(const Call& call);
   void allGatherAcrossNodes(const Call& call);
   // Nodes of consecutive ranks on rails: local rank i of every node swaps
   // its block on its rail, then each node gathers its rails' blocks.
@@ -210,7 +213,7 @@ class Comm {
   int node_ = 0;  // ours
   int localIndex_ = 0;  // our place among our node's ranks
   bool rails_ = false;
-  std::vector<char> railBuffer_;  // a rail all-reduce whose count the node's ranks do not divide
+  std::vector<char> railBuffer_;  // a rail all-reduce or broadcast that the node's ranks do not divide
   // They go in the reverse order of these lines (releaseTransports() too):
   // the fabric first, delivering this rank's last sends, and only then the
   // watch, which tells the other nodes that this rank left.

@@ -319,6 +319,8 @@ void Comm::allReduceOnRails(const Call& call, void* result) {
 }
 
 void Comm::broadcastAcrossNodes(const Call& call) {
+  if (onRails() && call.count * datatypeSize(call.datatype) / nodes_[node_].size() >= kMinRailSliceBytes)
+    return broadcastOnRails(call);
   const int rootNode = nodeOfRank_[call.root];
   if (node_ == rootNode) localBroadcast(call);
   if (isLeader())
@@ -329,6 +331,36 @@ void Comm::broadcastAcrossNodes(const Call& call) {
     fromLeader.root = leader();
     localBroadcast(fromLeader);
   }
+}
+
+// The root's node broadcasts within itself; local rank i of every node
+// then carries slice i of the data down its rail (the leaders' binomial
+// tree, on its own endpoint), and each other node's ranks gather the
+// slices their rails brought. Slices are equal bytes; where the node's
+// ranks do not divide them, the call runs in a padded copy.
+void Comm::broadcastOnRails(const Call& call) {
+  const size_t bytes = call.count * datatypeSize(call.datatype);
+  const size_t perNode = nodes_[node_].size();
+  const size_t slice = (bytes + perNode - 1) / perNode;
+  const bool even = slice * perNode == bytes;
+  const int rootNode = nodeOfRank_[call.root];
+  if (!even) railBuffer_.resize(slice * perNode);
+  char* whole = even ? static_cast<char*>(call.recv) : railBuffer_.data();
+  if (node_ == rootNode) {
+    localBroadcast(call);
+    if (!even) std::memcpy(whole, call.recv, bytes);
+  }
+  char* mine = whole + localIndex_ * slice;
+  networkBroadcast(rail(call, localIndex_), mine, slice, rootNode);
+  if (node_ == rootNode) return;
+  Call gather = call;
+  gather.kind = CallKind::AllGather;
+  gather.send = mine;
+  gather.recv = whole;
+  gather.count = slice;
+  gather.datatype = ncclInt8;
+  localAllGather(gather);
+  if (!even) std::memcpy(call.recv, whole, bytes);
 }
 
 void Comm::allGatherAcrossNodes(const Call& call) {

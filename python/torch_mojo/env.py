@@ -204,11 +204,11 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "MOJOCCL_NET_RAILS",
         "1",
-        "`1`: where every node has the same number of ranks, a large all-reduce runs on rails (local "
-        "rank i of every node carries slice i between nodes, on its own endpoint and NIC), and so do "
-        "a large all-gather and reduce-scatter where each node's ranks are consecutive (local rank i "
-        "carries block i of every node); `0`: the node's first rank alone carries its bytes. Must be "
-        "the same on every rank",
+        "`1`: where every node has the same number of ranks, a large all-reduce and broadcast run on "
+        "rails (local rank i of every node carries slice i between nodes, on its own endpoint and "
+        "NIC), and so do a large all-gather and reduce-scatter where each node's ranks are consecutive "
+        "(local rank i carries block i of every node); `0`: the node's first rank alone carries its "
+        "bytes. Must be the same on every rank",
         choices=("0", "1"),
     ),
     Variable(

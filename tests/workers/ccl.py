@@ -165,6 +165,16 @@ def main():
         expected = np.arange(1000, dtype=np.float32) * world * (world + 1) / 2 * world
         assert np.array_equal(second, expected), second[:4]
         print("ok group", flush=True)
+    elif scenario == "broadcast":
+        # From every root: 1 MiB of float32, and 1,000,001 bytes (an odd
+        # count: on rails, slices that the node's ranks do not divide).
+        for dtype, count in ((np.float32, 1 << 18), (np.uint8, 1_000_001)):
+            for root in range(world):
+                expected = (np.arange(count) * (root + 3)).astype(dtype)
+                buffer = expected.copy() if rank == root else np.zeros(count, dtype=dtype)
+                library.broadcast(comm, buffer, root)
+                assert np.array_equal(buffer, expected), (dtype, root)
+        print("ok broadcast", flush=True)
     elif scenario == "registered":
         # ncclMemAlloc memory, used three times, freed, then a new region.
         import gc
