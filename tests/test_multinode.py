@@ -245,14 +245,14 @@ def test_broadcasts_on_rails_carry_a_slice_from_every_local_rank(rails, scenario
 def test_rails_with_ranks_out_of_step():
     # Every rank sleeps a random 0-3 ms before each call, so a rail peer's
     # data often arrives long before the receive: all-gathers,
-    # reduce-scatters and all-reduces of 4 MiB blocks (16 MiB buffers) on
-    # rails, 2 nodes x 2 ranks, each followed by a barrier of a gloo group,
-    # so that no later message of the mojo group delivers one its call left
-    # behind. While messages
-    # were cut into whole pieces with the rest last (a 4 MiB block: 32
-    # pieces of 130,816 bytes, then 8,192), libfabric 1.17's ofi_rxm over
-    # tcp at times left that small last piece undelivered: this job stalled
-    # in 3 runs of 3 (at call 46 to 94); with the rest first, 0 of 6.
+    # reduce-scatters, all-reduces and broadcasts of 4 MiB blocks (16 MiB
+    # buffers) on rails, 2 nodes x 2 ranks, each followed by a barrier of a
+    # gloo group, so that no later message of the mojo group delivers one
+    # its call left behind. While messages were cut into whole pieces with
+    # the rest last (a 4 MiB block: 32 pieces of 130,816 bytes, then 8,192),
+    # libfabric 1.17's ofi_rxm over tcp at times left that small last piece
+    # undelivered: this job (without broadcasts) stalled in 3 runs of 3 (at
+    # call 46 to 94); with the rest first, 0 of 6.
     env = {**FABRIC, "MOJOCCL_IB_TIMEOUT_S": "20"}
     results = run_worker("jittered", 4, "600", env=env, rank_env=on_nodes("a", "a", "b", "b"), timeout=300)
     for result in results:

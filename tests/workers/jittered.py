@@ -1,5 +1,5 @@
-"""One rank of the jittered job: large all-gathers, reduce-scatters and
-all-reduces in turn, each rank first sleeping a random 0-3 ms, so that a
+"""One rank of the jittered job: large all-gathers, reduce-scatters,
+all-reduces and broadcasts in turn, each rank first sleeping a random 0-3 ms, so that a
 peer's data often lands long before its receive is posted. Every
 result is checked. After each call the ranks meet in a barrier of a gloo
 group, as jobs that mix process groups do: no later message of the mojo
@@ -33,17 +33,22 @@ def main():
     wrong = 0
     for call in range(calls):
         time.sleep(pause.random() * 0.003)
-        kind = call % 3
+        kind = call % 4
         if kind == 0:
             dist.all_gather_into_tensor(gathered, mine)
             ok = torch.equal(gathered, each_rank)
         elif kind == 1:
             dist.reduce_scatter_tensor(scattered, everyone)
             ok = bool((scattered == total).all())
-        else:
+        elif kind == 2:
             summed = mine.clone()
             dist.all_reduce(summed)
             ok = bool((summed == total).all())
+        else:
+            root = call // 4 % world
+            received = each_rank.clone() if rank == root else torch.zeros_like(each_rank)
+            dist.broadcast(received, src=root)
+            ok = torch.equal(received, each_rank)
         wrong += not ok
         dist.barrier(group=gloo)
     print(f"rank {rank}: {calls} calls, {wrong} wrong", flush=True)
