@@ -36,6 +36,10 @@ between_nodes() {
   mpirun -np 2 --bind-to none --mca pml ob1 --mca btl self,tcp "$bin/python" -m torch_mojo.bench \
     --backends mojo,mojo+fabric,p2p,wire,gloo,mpi --sizes 8,4K,16K,64K,1M,16M,64M,256M --output "$out/fabric-2ranks" \
     | tee "$out/fabric-2ranks.txt"
+  # The same over libfabric 1.17's net provider (TCP without ofi_rxm).
+  MOJOCCL_FABRIC_PROVIDER=net mpirun -np 2 --bind-to none --mca pml ob1 --mca btl self,tcp "$bin/python" \
+    -m torch_mojo.bench --backends mojo+fabric,wire,mpi --sizes 8,4K,16K,64K,1M,16M,64M,256M \
+    --output "$out/fabric-2ranks-net" | tee "$out/fabric-2ranks-net.txt"
   # The all-reduce between 2 and 4 single-rank nodes past the one-message
   # size, and the cost model's predictions up to 1024 nodes next to them.
   for nodes in 2 4; do

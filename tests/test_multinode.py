@@ -67,6 +67,16 @@ def test_soak_random_collectives_across_eight_nodes():
         assert ", 0 wrong" in result.stdout, result.stdout
 
 
+def test_conformance_matrix_over_libfabrics_net_provider():
+    # libfabric 1.17's `net`: reliable datagrams over TCP without ofi_rxm
+    # (the provider later libfabric calls tcp), its messages in pieces as
+    # large as ofi_rxm's over tcp. The whole matrix, 2 nodes x 2 ranks on rails.
+    env = {"MOJOCCL_FABRIC_PROVIDER": "net", "MOJOCCL_IB_TRACE": "1"}
+    for result in run_worker("collectives", 4, env=env, rank_env=on_nodes("a", "a", "b", "b"), timeout=400):
+        assert "checked" in result.stdout
+        assert "); between nodes: net on " in result.stderr, result.stderr[-2000:]
+
+
 def test_conformance_matrix_over_libfabrics_shm_provider():
     run_worker("collectives", 2, "--quick", env={"MOJOCCL_FABRIC_PROVIDER": "shm"},
                rank_env=on_nodes("a", "b"), timeout=120)

@@ -252,8 +252,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "MOJOCCL_FABRIC_PROVIDER",
         "cxi",
-        "libfabric provider between nodes (`cxi` on Slingshot, `verbs` on InfiniBand, `tcp`, "
-        "`shm`); when it is absent the error names the providers there are",
+        "libfabric provider between nodes (`cxi` on Slingshot, `verbs` on InfiniBand, `tcp` or, "
+        "with libfabric 1.17, the faster `net` on Ethernet, `shm`); when it is absent the error "
+        "names the providers there are",
     ),
     Variable(
         "MOJOCCL_LIBFABRIC",

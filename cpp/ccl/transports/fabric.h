@@ -83,8 +83,9 @@ class FabricTransport {
   Ticket postRecvUpTo(int peer, void* data, size_t bytes, size_t* received);
   size_t maxMessage() const { return maxMessage_; }
   // The largest message the provider sends without a rendezvous round trip
-  // (ofi_rxm: its buffer, FI_OFI_RXM_BUFFER_SIZE, less room for its header);
-  // maxMessage() where the provider says nothing of it.
+  // (ofi_rxm: its buffer, FI_OFI_RXM_BUFFER_SIZE, less room for its header;
+  // net: as ofi_rxm's over tcp); maxMessage() where the provider says
+  // nothing of it.
   size_t eagerMessage() const { return eagerMessage_; }
   // The pieces a message of `bytes` moves fastest in, several in flight:
   // up to 8 MiB, eagerMessage() (at most 1 MiB); past that, 1 MiB.

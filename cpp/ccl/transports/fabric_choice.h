@@ -32,7 +32,8 @@ struct FabricChoice {
 FabricChoice chooseFabric(const LibFabric& library, int localIndex);
 
 // The largest message `info`'s provider sends at once, without a
-// rendezvous round trip; SIZE_MAX where it does not say.
+// rendezvous round trip (for `net`, which sends every message at once, the
+// size its messages move fastest in); SIZE_MAX where it does not say.
 size_t eagerBytes(const fi_info* info);
 
 // Whether every buffer must be registered: the provider needs it
