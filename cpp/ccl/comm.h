@@ -144,6 +144,9 @@ class Comm {
   std::string disagreementAcrossNodes(const char* reports, size_t stride) const;
   void smallAllReduceAcrossNodes(const Call& call);
   void smallReduceScatterAcrossNodes(const Call& call);
+  // Nodes of consecutive ranks, exchanging directly: each leader receives
+  // from every other only its node's blocks of their partial sums.
+  void smallReduceScatterByNodes(const Call& call);
   // The small all-reduce of `call` (ranks compare `asked`, what the caller
   // asked for), its result in the scratch buffer, in acrossNodesType.
   const char* smallAllReduceResult(const Call& asked, const Call& call);
@@ -227,6 +230,8 @@ class Comm {
   std::unique_ptr<DeviceIpcBuffers> devicePeers_;  // when every rank can read its peers' GPUs
   std::vector<char> scratch_;
   std::vector<char> frames_;  // what the leaders exchange to agree on a call
+  std::vector<char> outgoingFrames_;  // a frame for each leader, where they differ
+  std::vector<char> nodeSums_;        // a small reduce-scatter's node sums
   std::vector<float> wide_;  // half-type data in float32, across nodes
   ReceiveRoom receiveRoom_;  // what the algorithms between nodes receive into
   uint32_t rounds_ = 0;

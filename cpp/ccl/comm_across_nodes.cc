@@ -191,12 +191,82 @@ void Comm::smallAllReduceAcrossNodes(const Call& call) {
 // which each rank keeps its block: one exchange between nodes, where the
 // reduce-scatter ring takes an agreement and then its steps.
 void Comm::smallReduceScatterAcrossNodes(const Call& call) {
+  if (nodesAreRankRanges() && static_cast<int>(nodes_.size()) <= directNodes_) return smallReduceScatterByNodes(call);
   Call whole = call;
   whole.kind = CallKind::AllReduce;
   whole.count = call.count * size_;
   const char* result = smallAllReduceResult(call, whole);
   keepResult(call.recv, result + rank_ * call.count * datatypeSize(acrossNodesType(call.datatype)), call.count,
              call.datatype);
+}
+
+// Between nodes of consecutive ranks that exchange frames directly, each
+// leader sends every other leader, behind its node's report, only that
+// node's blocks of its own node's partial sums, and sums the partials of
+// its node's blocks in node order (the small all-reduce's order: the same
+// bits). A leader so receives its node's share of the buffer from each
+// other leader, not the whole.
+void Comm::smallReduceScatterByNodes(const Call& call) {
+  const ncclDataType_t type = acrossNodesType(call.datatype);
+  const size_t size = datatypeSize(type);
+  const size_t nodes = nodes_.size(), count = call.count * size_;
+  auto blocksOf = [&](size_t node) {  // in elements of the whole buffer
+    return Slice{nodes_[node].front() * call.count, (nodes_[node].back() + 1) * call.count};
+  };
+  const Slice ours = blocksOf(node_);
+  const char* partial = static_cast<const char*>(call.send);  // the node's sums of every block
+  const bool agreed = reportInFrame(call);
+  if (agreed && (nodes_[node_].size() > 1 || type != call.datatype)) {
+    if (nodeSums_.size() < count * size) nodeSums_.resize(count * size);
+    Call toLeader = call;
+    toLeader.kind = CallKind::Reduce;
+    toLeader.count = count;
+    toLeader.datatype = type;
+    toLeader.op = call.op == ncclAvg ? ncclSum : call.op;
+    toLeader.root = leader();
+    if (type != call.datatype) {
+      convert(nodeSums_.data(), ncclFloat32, call.send, call.datatype, count);
+      toLeader.send = nodeSums_.data();
+    }
+    toLeader.recv = nodeSums_.data();
+    localReduce(toLeader);
+    partial = nodeSums_.data();
+  }
+  const size_t ourBytes = (ours.end - ours.begin) * size;
+  char* handBack = scratch(kVerdictBytes + ourBytes);  // the verdict, then the node's blocks
+  if (isLeader()) {
+    const auto& report = *reinterpret_cast<const NodeReport*>(frame(node_));
+    const size_t reportBytes = sizeof(NodeReport) + report.problemBytes;
+    if (outgoingFrames_.size() < nodes * kFrameRoom) outgoingFrames_.resize(nodes * kFrameRoom);
+    std::vector<const char*> outgoing;
+    std::vector<size_t> outgoingBytes;
+    std::vector<char*> incoming;
+    for (size_t node = 0; node < nodes; ++node) {
+      char* out = outgoingFrames_.data() + node * kFrameRoom;
+      const Slice theirs = blocksOf(node);
+      const size_t bytes = agreed ? (theirs.end - theirs.begin) * size : 0;
+      std::memcpy(out, frame(node_), reportBytes);
+      if (bytes > 0) std::memcpy(payloadOf(out), partial + theirs.begin * size, bytes);
+      outgoing.push_back(out);
+      outgoingBytes.push_back(reportBytes + bytes);
+      incoming.push_back(frame(node));
+    }
+    std::vector<size_t> received;
+    networkSendFrames(leaders(call), outgoing, outgoingBytes, incoming, kFrameRoom, received);
+    copyText(handBack, disagreementAcrossNodes(frame(0), kFrameRoom));
+    if (handBack[0] == '\0') {
+      std::vector<const void*> sources;
+      for (size_t node = 0; node < nodes; ++node)
+        sources.push_back(node == node_ ? partial + ours.begin * size : payloadOf(frame(node)));
+      mojoccl::reduce(handBack + kVerdictBytes, sources.data(), static_cast<int>(nodes), ours.end - ours.begin, type,
+                      call.op, size_);
+    }
+  }
+  localBroadcast({CallKind::Broadcast, handBack, handBack, kVerdictBytes + ourBytes, ncclInt8, ncclSum, leader(),
+                  call.sequence});
+  if (handBack[0] != '\0') throw MismatchError(handBack);
+  const size_t mine = (rank_ - nodes_[node_].front()) * call.count * size;
+  keepResult(call.recv, handBack + kVerdictBytes + mine, call.count, call.datatype);
 }
 
 const char* Comm::smallAllReduceResult(const Call& asked, const Call& call) {

@@ -432,16 +432,25 @@ size_t pieceFor(const NetworkGroup& group, size_t roomBytes) { return std::min(g
 
 void networkExchangeFrames(const NetworkGroup& group, const std::vector<char*>& frames, size_t sendBytes,
                            size_t roomBytes, std::vector<size_t>& received) {
+  const std::vector<const char*> outgoing(group.size(), frames[group.self]);
+  const std::vector<size_t> outgoingBytes(group.size(), sendBytes);
+  networkSendFrames(group, outgoing, outgoingBytes, frames, roomBytes, received);
+  received[group.self] = sendBytes;
+}
+
+void networkSendFrames(const NetworkGroup& group, const std::vector<const char*>& outgoing,
+                       const std::vector<size_t>& outgoingBytes, const std::vector<char*>& frames, size_t roomBytes,
+                       std::vector<size_t>& received) {
   const int n = group.size(), self = group.self;
   const size_t piece = pieceFor(group, roomBytes);
   std::vector<std::unique_ptr<PiecedReceive>> arriving(n);
   for (int member = 0; member < n; ++member)
     if (member != self) arriving[member] = std::make_unique<PiecedReceive>(group, member, frames[member], roomBytes, piece);
   for (int member = 0; member < n; ++member)
-    if (member != self) sendInPieces(group, member, frames[self], sendBytes, piece);
+    if (member != self) sendInPieces(group, member, outgoing[member], outgoingBytes[member], piece);
   received.assign(n, 0);
   for (int member = 0; member < n; ++member)
-    received[member] = member == self ? sendBytes : arriving[member]->complete();
+    if (member != self) received[member] = arriving[member]->complete();
   group.fabric.waitAll(group.what);  // our sends
 }
 

@@ -141,6 +141,12 @@ void networkAllGatherRing(const NetworkGroup& group, char* data, const std::vect
 void networkExchangeFrames(const NetworkGroup& group, const std::vector<char*>& frames, size_t sendBytes,
                            size_t roomBytes, std::vector<size_t>& received);
 
+// The same exchange with a frame of its own for each member: outgoing[i]
+// (of outgoingBytes[i]) goes to member i; frames[i] receives member i's.
+void networkSendFrames(const NetworkGroup& group, const std::vector<const char*>& outgoing,
+                       const std::vector<size_t>& outgoingBytes, const std::vector<char*>& frames, size_t roomBytes,
+                       std::vector<size_t>& received);
+
 // The same frames to the same places, by Bruck's all-gather: ceil(log2
 // size) steps, each sending one message (the frames a member holds that
 // its partner lacks, each with its length) and receiving one. For many
