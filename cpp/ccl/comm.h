@@ -147,6 +147,9 @@ class Comm {
   // Nodes of consecutive ranks, exchanging directly: each leader receives
   // from every other only its node's blocks of their partial sums.
   void smallReduceScatterByNodes(const Call& call);
+  // The node's sums of `call`'s buffer (its count, AVG as SUM, half types
+  // in float32) into `sums` at the node's leader.
+  void reduceToLeader(const Call& call, char* sums);
   // The small all-reduce of `call` (ranks compare `asked`, what the caller
   // asked for), its result in the scratch buffer, in acrossNodesType.
   const char* smallAllReduceResult(const Call& asked, const Call& call);

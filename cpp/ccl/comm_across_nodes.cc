@@ -218,18 +218,9 @@ void Comm::smallReduceScatterByNodes(const Call& call) {
   const bool agreed = reportInFrame(call);
   if (agreed && (nodes_[node_].size() > 1 || type != call.datatype)) {
     if (nodeSums_.size() < count * size) nodeSums_.resize(count * size);
-    Call toLeader = call;
-    toLeader.kind = CallKind::Reduce;
-    toLeader.count = count;
-    toLeader.datatype = type;
-    toLeader.op = call.op == ncclAvg ? ncclSum : call.op;
-    toLeader.root = leader();
-    if (type != call.datatype) {
-      convert(nodeSums_.data(), ncclFloat32, call.send, call.datatype, count);
-      toLeader.send = nodeSums_.data();
-    }
-    toLeader.recv = nodeSums_.data();
-    localReduce(toLeader);
+    Call whole = call;
+    whole.count = count;
+    reduceToLeader(whole, nodeSums_.data());
     partial = nodeSums_.data();
   }
   const size_t ourBytes = (ours.end - ours.begin) * size;
@@ -269,23 +260,26 @@ void Comm::smallReduceScatterByNodes(const Call& call) {
   keepResult(call.recv, handBack + kVerdictBytes + mine, call.count, call.datatype);
 }
 
+void Comm::reduceToLeader(const Call& call, char* sums) {
+  const ncclDataType_t type = acrossNodesType(call.datatype);
+  Call toLeader = call;
+  toLeader.kind = CallKind::Reduce;
+  toLeader.datatype = type;
+  toLeader.op = call.op == ncclAvg ? ncclSum : call.op;
+  toLeader.root = leader();
+  if (type != call.datatype) {
+    convert(sums, ncclFloat32, call.send, call.datatype, call.count);
+    toLeader.send = sums;
+  }
+  toLeader.recv = sums;
+  localReduce(toLeader);
+}
+
 const char* Comm::smallAllReduceResult(const Call& asked, const Call& call) {
   const ncclDataType_t type = acrossNodesType(call.datatype);
   const size_t bytes = call.count * datatypeSize(type);
   auto partial = [&](size_t node) { return payloadOf(frame(node)); };
-  if (reportInFrame(asked)) {
-    Call toLeader = call;
-    toLeader.kind = CallKind::Reduce;
-    toLeader.datatype = type;
-    toLeader.op = call.op == ncclAvg ? ncclSum : call.op;
-    toLeader.root = leader();
-    if (type != call.datatype) {
-      convert(partial(node_), ncclFloat32, call.send, call.datatype, call.count);
-      toLeader.send = partial(node_);
-    }
-    toLeader.recv = partial(node_);
-    localReduce(toLeader);
-  }
+  if (reportInFrame(asked)) reduceToLeader(call, partial(node_));
   char* handBack = scratch(kVerdictBytes + bytes);  // the verdict, then the result
   if (isLeader()) {
     copyText(handBack, exchangeNodeFrames(asked, bytes));

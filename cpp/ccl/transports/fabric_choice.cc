@@ -79,7 +79,11 @@ fi_info* byLocality(const std::vector<fi_info*>& domains, int localIndex) {
 // unless the site set it, messages up to 128 KiB go at once: the leaders'
 // frames, small collectives' data. Set before libfabric reads it, at the
 // process's first fi_getinfo.
-constexpr const char* kTcpEagerLimit = "131072";
+constexpr size_t kTcpEagerLimit = 131072;
+
+// The largest message under ofi_rxm's eager `limit`: well under 256 bytes
+// of a message are its header.
+size_t underEagerLimit(size_t limit) { return limit > 1024 ? limit - 256 : SIZE_MAX; }
 
 // ofi_rxm's variables as libfabric reads them (it checks them itself).
 size_t rxmSetting(const char* name, size_t fallback) {
@@ -94,12 +98,10 @@ size_t eagerBytes(const fi_info* info) {
   // every message at once; in pieces as large as ofi_rxm's over tcp its
   // messages moved fastest (pieces of 64 KiB or of 128 KiB took the
   // all-gather of 1 MiB 2.3x and 1.9x as long between 2 nodes).
-  if (std::strcmp(info->fabric_attr->prov_name, "net") == 0) return std::strtoull(kTcpEagerLimit, nullptr, 10) - 256;
+  if (std::strcmp(info->fabric_attr->prov_name, "net") == 0) return underEagerLimit(kTcpEagerLimit);
   if (std::strstr(info->fabric_attr->prov_name, "ofi_rxm") == nullptr) return SIZE_MAX;
-  // The limit is its buffer's size unless set apart; well under 256 bytes
-  // of a message are ofi_rxm's header.
-  const size_t limit = rxmSetting("FI_OFI_RXM_EAGER_LIMIT", rxmSetting("FI_OFI_RXM_BUFFER_SIZE", 16384));
-  return limit > 1024 ? limit - 256 : SIZE_MAX;
+  // The limit is its buffer's size unless set apart.
+  return underEagerLimit(rxmSetting("FI_OFI_RXM_EAGER_LIMIT", rxmSetting("FI_OFI_RXM_BUFFER_SIZE", 16384)));
 }
 
 bool forcedLocalRegistration() { return envChoice("MOJOCCL_FABRIC_MR_LOCAL", "0", {"0", "1"}) == "1"; }
@@ -123,7 +125,7 @@ FabricChoice chooseFabric(const LibFabric& library, int localIndex) {
   hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY |
                                 FI_MR_ENDPOINT;
   hints->fabric_attr->prov_name = strdup(provider.c_str());
-  if (provider == "tcp") setenv("FI_OFI_RXM_EAGER_LIMIT", kTcpEagerLimit, /*overwrite=*/0);
+  if (provider == "tcp") setenv("FI_OFI_RXM_EAGER_LIMIT", std::to_string(kTcpEagerLimit).c_str(), /*overwrite=*/0);
   // Every domain, not only the asked ones: utility providers (ofi_rxm) may
   // not filter by domain, and an error names those there are.
   const int status = library.getinfo(FI_VERSION(1, 10), nullptr, nullptr, 0, hints, &choice.list);
