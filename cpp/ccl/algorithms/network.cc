@@ -343,9 +343,13 @@ void networkBroadcast(const NetworkGroup& group, void* data, size_t bytes, int r
   std::vector<int> children;
   for (int below = mask >> 1; below > 0; below >>= 1)
     if (relative + below < n) children.push_back(member(relative + below));
-  // Segment by segment, each passed on as it lands.
+  // Segment by segment, each passed on as it lands. One way, eager pieces
+  // stay fastest to a larger size than in swaps: between 2 nodes over tcp
+  // (and alike over net), 32 MiB 6.1 -> 4.5 ms, 64 MiB 13.7 -> 10.0 ms
+  // against 1 MiB pieces; 128 MiB alike, 256 MiB 15-25% slower.
+  constexpr size_t kBroadcastEagerPiecesUpTo = size_t{64} << 20;
   std::vector<std::pair<char*, size_t>> segments;
-  forEachPiece(bytes, group.fabric.segmentFor(bytes), [&](size_t offset, size_t length) {
+  forEachPiece(bytes, group.fabric.segmentFor(bytes, kBroadcastEagerPiecesUpTo), [&](size_t offset, size_t length) {
     segments.push_back({static_cast<char*>(data) + offset, length});
   });
   std::vector<FabricTransport::Ticket> arrivals;

@@ -253,9 +253,9 @@ FabricTransport::Ticket FabricTransport::postRecvUpTo(int peer, void* data, size
 // broadcast of 1 MiB from 194-243 to 143, the all-to-all of 256 KiB from
 // 103 to 55 and a point-to-point swap of 256 KiB from 96-213 to 71; from
 // 32 MiB they were as fast as 1 MiB pieces or up to 7% slower.
-size_t FabricTransport::segmentFor(size_t bytes) const {
-  constexpr size_t kLargePiece = size_t{1} << 20, kEagerPiecesUpTo = size_t{8} << 20;
-  return bytes <= kEagerPiecesUpTo ? std::min(eagerMessage_, kLargePiece) : kLargePiece;
+size_t FabricTransport::segmentFor(size_t bytes, size_t eagerPiecesUpTo) const {
+  constexpr size_t kLargePiece = size_t{1} << 20;
+  return bytes <= eagerPiecesUpTo ? std::min(eagerMessage_, kLargePiece) : kLargePiece;
 }
 
 void FabricTransport::postBufferedSend(int peer, const void* data, size_t bytes, size_t piece) {

@@ -88,9 +88,10 @@ class FabricTransport {
   // nothing of it.
   size_t eagerMessage() const { return eagerMessage_; }
   // The pieces a message of `bytes` moves fastest in, several in flight:
-  // up to 8 MiB, eagerMessage() (at most 1 MiB); past that, 1 MiB.
-  // Sender and receiver cut a message alike.
-  size_t segmentFor(size_t bytes) const;
+  // up to `eagerPiecesUpTo`, eagerMessage() (at most 1 MiB); past that,
+  // 1 MiB. Sender and receiver cut a message alike.
+  static constexpr size_t kEagerPiecesUpTo = size_t{8} << 20;
+  size_t segmentFor(size_t bytes, size_t eagerPiecesUpTo = kEagerPiecesUpTo) const;
   // Copies the message and posts it, in messages of `piece` bytes (as
   // forEachPiece cuts it: the receiver posts as many), each as soon as it
   // is copied: it completes on its own.
