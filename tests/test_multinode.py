@@ -225,6 +225,15 @@ def test_an_algorithm_forced_where_the_node_count_is_not_a_power_of_two(algorith
         assert "checked" in result.stdout
 
 
+@pytest.mark.parametrize("hosts", ["abbcd", "aabbcc"], ids=["4 nodes, by the leaders", "3 nodes of 2, on rails"])
+def test_broadcasts_along_the_ring(hosts):
+    # MOJOCCL_NET_ALGO=ring: a broadcast past the frames goes along the
+    # nodes from the root's, each passing each segment on to the next (on
+    # rails, along each rail): 1 MiB and 1,000,001 bytes from every root.
+    for result in ccl_job(hosts, {**FABRIC, "MOJOCCL_NET_ALGO": "ring"}, "broadcast", timeout=120):
+        assert "ok broadcast" in result.stdout, result.stderr[-3000:]
+
+
 def test_reduce_scatter_on_rails_by_recursive_halving():
     # Rabenseifner's forced: on 2 nodes of 2 consecutive ranks each local
     # rank halves its node sums (one per node) on its rail, where the model

@@ -174,6 +174,8 @@ class Comm {
   // by the algorithm the cost model picks; AVG divides by the whole rank count.
   void allReduceBetweenNodes(const NetworkGroup& group, void* data, size_t count, const Call& call);
   void broadcastAcrossNodes(const Call& call);
+  // Down the binomial tree or along the chain, as the model chooses.
+  void broadcastBetweenNodes(const NetworkGroup& group, void* data, size_t bytes, int rootNode);
   // On rails: local rank i of every node carries slice i from the root's
   // node on its rail, then each node gathers its rails' slices.
   void broadcastOnRails(const Call& call);

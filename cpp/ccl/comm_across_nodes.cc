@@ -248,7 +248,7 @@ void Comm::smallReduceScatterByNodes(const Call& call) {
     if (handBack[0] == '\0') {
       std::vector<const void*> sources;
       for (size_t node = 0; node < nodes; ++node)
-        sources.push_back(node == node_ ? partial + ours.begin * size : payloadOf(frame(node)));
+        sources.push_back(static_cast<int>(node) == node_ ? partial + ours.begin * size : payloadOf(frame(node)));
       mojoccl::reduce(handBack + kVerdictBytes, sources.data(), static_cast<int>(nodes), ours.end - ours.begin, type,
                       call.op, size_);
     }
@@ -388,7 +388,7 @@ void Comm::broadcastAcrossNodes(const Call& call) {
   const int rootNode = nodeOfRank_[call.root];
   if (node_ == rootNode) localBroadcast(call);
   if (isLeader())
-    networkBroadcast(leaders(call), call.recv, call.count * datatypeSize(call.datatype), rootNode);
+    broadcastBetweenNodes(leaders(call), call.recv, call.count * datatypeSize(call.datatype), rootNode);
   if (node_ != rootNode) {
     Call fromLeader = call;
     fromLeader.send = call.recv;
@@ -397,9 +397,13 @@ void Comm::broadcastAcrossNodes(const Call& call) {
   }
 }
 
+void Comm::broadcastBetweenNodes(const NetworkGroup& group, void* data, size_t bytes, int rootNode) {
+  networkBroadcast(group, data, bytes, rootNode, networkAlgorithms_.broadcast(group.size(), bytes));
+}
+
 // The root's node broadcasts within itself; local rank i of every node
-// then carries slice i of the data down its rail (the leaders' binomial
-// tree, on its own endpoint), and each other node's ranks gather the
+// then carries slice i of the data down its rail (as the leaders' would,
+// on its own endpoint), and each other node's ranks gather the
 // slices their rails brought. Slices are equal bytes; where the node's
 // ranks do not divide them, the call runs in a padded copy.
 void Comm::broadcastOnRails(const Call& call) {
@@ -415,7 +419,7 @@ void Comm::broadcastOnRails(const Call& call) {
     if (!even) std::memcpy(whole, call.recv, bytes);
   }
   char* mine = whole + localIndex_ * slice;
-  networkBroadcast(rail(call, localIndex_), mine, slice, rootNode);
+  broadcastBetweenNodes(rail(call, localIndex_), mine, slice, rootNode);
   if (node_ == rootNode) return;
   Call gather = call;
   gather.kind = CallKind::AllGather;

@@ -187,7 +187,9 @@ VARIABLES: tuple[Variable, ...] = (
         "back, pipelined: the ring's bytes in about 2 log2 of the node count steps, for any node "
         "count); `auto` lets a cost model choose per call among all four, a list among those it names. "
         "A reduce-scatter between nodes takes the first half of `ring` or `rabenseifner` (recursive "
-        "halving), the ring where neither is listed. Must be the same on every rank",
+        "halving), the ring where neither is listed. A broadcast past 64 KiB goes along the nodes, "
+        "each passing each segment on to the next (`ring`), or down a binomial tree (any other), "
+        "as the model chooses among those listed. Must be the same on every rank",
         choices=("auto",),
         listed=("ring", "recursive_doubling", "rabenseifner", "tree"),
     ),

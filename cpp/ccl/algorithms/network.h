@@ -9,6 +9,7 @@
 
 #include "../transports/fabric.h"
 #include "layout.h"
+#include "network_choice.h"
 #include "mojoccl/nccl.h"
 
 namespace mojoccl {
@@ -114,9 +115,12 @@ void networkReduceScatter(const NetworkGroup& group, const RingBuffers& buffers,
 void networkReduceScatterHalving(const NetworkGroup& group, void* data, const std::vector<Slice>& slices,
                                  ncclDataType_t datatype, ncclRedOp_t op);
 
-// `bytes` from group member `root` to every other member, in place, down a
-// binomial tree (log2(size) rounds), pipelined in segments.
-void networkBroadcast(const NetworkGroup& group, void* data, size_t bytes, int root);
+// `bytes` from group member `root` to every other member, in place,
+// pipelined in segments: `shape` Tree, down a binomial tree (log2(size)
+// rounds, the root sending log2(size) copies); Ring, along the members
+// from the root, each passing each segment on to the next (size - 1
+// rounds, every member sending at most one copy).
+void networkBroadcast(const NetworkGroup& group, void* data, size_t bytes, int root, NetworkAlgorithm shape);
 
 // Every member's block (of its own size) to every member, in place:
 // blocks[i] is where member i's block lies in `data` (in bytes); ours is

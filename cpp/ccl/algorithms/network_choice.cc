@@ -55,8 +55,10 @@ double NetworkCostModel::seconds(NetworkAlgorithm algorithm, int nodes, size_t b
   switch (algorithm) {
     case NetworkAlgorithm::Ring:
       return secondsOf(*this, {2 * (n - 1), 2 * (n - 1) / n * data, (n - 1) / n * data});
-    case NetworkAlgorithm::RecursiveDoubling:
-      return secondsOf(*this, {doublings + extra, (doublings + extra) * data, (doublings + extra / 2) * data});
+    case NetworkAlgorithm::RecursiveDoubling: {
+      const double steps = doublings + extra;
+      return secondsOf(*this, {steps, steps * data, (doublings + extra / 2) * data});
+    }
     case NetworkAlgorithm::Rabenseifner:
       return secondsOf(*this, {2.0 * doublings + extra, 2 * (p - 1) / p * data + extra * data,
                                (p - 1) / p * data + extra / 2 * data});
@@ -77,6 +79,14 @@ double NetworkCostModel::reduceScatterSeconds(NetworkAlgorithm algorithm, int no
   // The halving; a node past p hands its whole buffer in and gets its part back.
   return secondsOf(*this, {static_cast<double>(doublings + extra), (p - 1) / p * data + (extra ? data + data / n : 0),
                            (p - 1) / p * data + (extra ? data : 0)});
+}
+
+double NetworkCostModel::broadcastSeconds(NetworkAlgorithm algorithm, int nodes, size_t bytes) const {
+  const double data = static_cast<double>(bytes);
+  if (algorithm == NetworkAlgorithm::Ring) return secondsOf(*this, {nodes - 1.0, data, 0});
+  double levels = 0;
+  while ((1 << static_cast<int>(levels)) < nodes) ++levels;
+  return secondsOf(*this, {levels, levels * data, 0});
 }
 
 std::string NetworkAlgorithms::setting() {
@@ -132,6 +142,16 @@ NetworkAlgorithm NetworkAlgorithms::reduceScatter(int nodes, size_t bytes) const
   if (candidates.empty()) return NetworkAlgorithm::Ring;
   return fastest(candidates,
                  [&](NetworkAlgorithm algorithm) { return model_.reduceScatterSeconds(algorithm, nodes, bytes); });
+}
+
+NetworkAlgorithm NetworkAlgorithms::broadcast(int nodes, size_t bytes) const {
+  const bool ringAllowed = std::find(allowed_.begin(), allowed_.end(), NetworkAlgorithm::Ring) != allowed_.end();
+  const bool treeAllowed = !ringAllowed || allowed_.size() > 1;  // every other algorithm's broadcast is the tree
+  std::vector<NetworkAlgorithm> candidates;
+  if (treeAllowed) candidates.push_back(NetworkAlgorithm::Tree);
+  if (ringAllowed) candidates.push_back(NetworkAlgorithm::Ring);
+  return fastest(candidates,
+                 [&](NetworkAlgorithm algorithm) { return model_.broadcastSeconds(algorithm, nodes, bytes); });
 }
 
 }  // namespace mojoccl

@@ -1,7 +1,7 @@
-// Which algorithm moves an all-reduce or a reduce-scatter between nodes
-// once it is past the size that travels in the leaders' one-message
-// frames: the one a cost model expects to finish first, among those
-// MOJOCCL_NET_ALGO allows.
+// Which algorithm moves an all-reduce, a reduce-scatter or a broadcast
+// between nodes once it is past the size that travels in the leaders'
+// one-message frames: the one a cost model expects to finish first, among
+// those MOJOCCL_NET_ALGO allows.
 //
 // The model counts, for `nodes` leaders and `bytes` of data, the steps
 // each takes (a message's latency apiece), the bytes each leader sends one
@@ -20,6 +20,10 @@
 // algorithm (recursive halving): half the steps, the same bytes less the
 // all-gather's; recursive doubling and the tree have no such half, so
 // where only they are allowed a reduce-scatter takes the ring.
+// A broadcast goes along the ring (a chain, pipelined in segments: n-1
+// steps, the bytes sent once by each member) or down a binomial tree
+// (log2(n) steps, the root sending the bytes log2(n) times): recursive
+// doubling's and Rabenseifner's broadcast is that tree.
 // Its constants were measured on the tcp provider (docs/performance.md,
 // "Choosing the algorithm between nodes").
 #pragma once
@@ -43,6 +47,8 @@ struct NetworkCostModel {
   // buffer, of which a reduce-scatter leaves each leader its part).
   double seconds(NetworkAlgorithm algorithm, int nodes, size_t bytes) const;
   double reduceScatterSeconds(NetworkAlgorithm algorithm, int nodes, size_t bytes) const;
+  // Ring (the chain) or Tree (the binomial tree).
+  double broadcastSeconds(NetworkAlgorithm algorithm, int nodes, size_t bytes) const;
 };
 
 // "ring" / "recursive_doubling" / "rabenseifner" / "tree", as MOJOCCL_NET_ALGO spells them.
@@ -65,6 +71,9 @@ class NetworkAlgorithms {
   // on a tie the ring, which on single-rank nodes reads and writes the
   // caller's buffers).
   NetworkAlgorithm reduceScatter(int nodes, size_t bytes) const;
+  // The same for a broadcast: Ring (the chain) where `ring` is allowed and
+  // the model expects it first, else Tree (the binomial tree; on a tie too).
+  NetworkAlgorithm broadcast(int nodes, size_t bytes) const;
   const NetworkCostModel& model() const { return model_; }
 
  private:
