@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from torch_mojo.mojoccl import REMOTE_ERROR
+from torch_mojo.mojoccl import REMOTE_ERROR, Library
 from tests.harness import ROOT, free_port, run_ranks, run_torchrun, run_worker
 from tests.test_examples import losses
 
@@ -232,6 +232,23 @@ def test_broadcasts_along_the_ring(hosts):
     # rails, along each rail): 1 MiB and 1,000,001 bytes from every root.
     for result in ccl_job(hosts, {**FABRIC, "MOJOCCL_NET_ALGO": "ring"}, "broadcast", timeout=120):
         assert "ok broadcast" in result.stdout, result.stderr[-3000:]
+
+
+def test_broadcast_takes_the_chain_where_the_model_expects_it_first(monkeypatch):
+    # The tree sends the bytes log2(n) times from the root, the chain once
+    # from each leader in n - 1 steps (50 us each, 2 GB/s in the model).
+    library = Library()
+    assert library.predict_broadcast(2, 16 << 20)[0] == "tree"  # one path at 2 nodes: the tie goes to the tree
+    assert library.predict_broadcast(3, 128 << 10)[0] == "ring"
+    assert library.predict_broadcast(4, 80_000)[0] == "tree"  # 4 nodes: the chain from about 100 KB
+    assert library.predict_broadcast(4, 1 << 20)[0] == "ring"
+    assert library.predict_broadcast(1024, 1 << 20)[0] == "tree"  # 1023 steps against 10
+    assert library.predict_broadcast(1024, 16 << 20)[0] == "ring"
+    # MOJOCCL_NET_ALGO, where auto would choose the other way.
+    for setting, size, expected in (("tree", 16 << 20, "tree"), ("rabenseifner", 16 << 20, "tree"),
+                                    ("ring", 1 << 20, "ring")):
+        monkeypatch.setenv("MOJOCCL_NET_ALGO", setting)
+        assert library.predict_broadcast(1024, size)[0] == expected, setting
 
 
 def test_reduce_scatter_on_rails_by_recursive_halving():

@@ -226,6 +226,18 @@ MOJOCCL_API ncclResult_t mojocclPredictAllReduce(int nodes, size_t bytes, const 
   });
 }
 
+MOJOCCL_API ncclResult_t mojocclPredictBroadcast(int nodes, size_t bytes, char* chosen, size_t size,
+                                                 double* seconds) {
+  return guarded([&] {
+    if (nodes < 1 || chosen == nullptr || size == 0 || seconds == nullptr)
+      mojoccl::fail(ncclInvalidArgument, "mojocclPredictBroadcast: nodes < 1, or no room for the answer");
+    const auto algorithms = mojoccl::NetworkAlgorithms::fromEnv();
+    const auto which = algorithms.broadcast(nodes, bytes);
+    snprintf(chosen, size, "%s", mojoccl::nameOf(which).c_str());
+    *seconds = algorithms.model().broadcastSeconds(which, nodes, bytes);
+  });
+}
+
 MOJOCCL_API ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
   if (comm == nullptr || count == nullptr) return ncclInvalidArgument;
   *count = comm->impl.size();

@@ -70,6 +70,7 @@ class Library:
         lib.mojocclWireSendRecv.argtypes = [pointer, code, pointer, code, size, comm]
         lib.mojocclPredictAllReduce.argtypes = [code, size, ctypes.c_char_p, ctypes.c_char_p, size,
                                                 ctypes.POINTER(ctypes.c_double)]
+        lib.mojocclPredictBroadcast.argtypes = [code, size, ctypes.c_char_p, size, ctypes.POINTER(ctypes.c_double)]
 
     def check(self, code):
         if code != SUCCESS:
@@ -157,6 +158,12 @@ class Library:
         chosen, seconds = ctypes.create_string_buffer(64), ctypes.c_double()
         self.check(self.lib.mojocclPredictAllReduce(nodes, nbytes, algorithm.encode() if algorithm else None, chosen,
                                                     len(chosen), ctypes.byref(seconds)))
+        return chosen.value.decode(), seconds.value
+
+    def predict_broadcast(self, nodes, nbytes):
+        """The same for a broadcast between nodes: ("ring" or "tree", seconds)."""
+        chosen, seconds = ctypes.create_string_buffer(64), ctypes.c_double()
+        self.check(self.lib.mojocclPredictBroadcast(nodes, nbytes, chosen, len(chosen), ctypes.byref(seconds)))
         return chosen.value.decode(), seconds.value
 
     def async_error(self, comm):

@@ -170,6 +170,11 @@ ncclResult_t mojocclCommFailedRanks(ncclComm_t comm, int* ranks, int* count);
 ncclResult_t mojocclPredictAllReduce(int nodes, size_t bytes, const char* algorithm, char* chosen, size_t size,
                                      double* seconds);
 
+/* libmojoccl's own: the same for a broadcast between nodes past the
+ * frames: "ring" (along the leaders, a chain) or "tree" (a binomial tree),
+ * the one this process's MOJOCCL_NET_ALGO lets the model choose. */
+ncclResult_t mojocclPredictBroadcast(int nodes, size_t bytes, char* chosen, size_t size, double* seconds);
+
 #ifdef __cplusplus
 }
 #endif
