@@ -160,13 +160,15 @@ ProcessGroupMojo::ProcessGroupMojo(const c10::intrusive_ptr<c10d::Store>& store,
     createCommunicator(*device_->comm, *store_, "torch_mojo_device_unique_id");
     traceLibrary(*library);
   }
-  worker_ = std::thread(&ProcessGroupMojo::workerLoop, this);
   if (watched_) Watchdog::get().add(this);
   {
     std::lock_guard<std::mutex> lock(liveGroupsMutex);
     liveGroups.insert(this);
   }
   init();
+  // Last: a member thread still joinable when a later statement throws
+  // would end the process (std::terminate in ~thread).
+  worker_ = std::thread(&ProcessGroupMojo::workerLoop, this);
 }
 
 ProcessGroupMojo::~ProcessGroupMojo() {
