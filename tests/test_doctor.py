@@ -84,9 +84,12 @@ def test_misspelt_and_bad_variables_and_slingshot_advice():
         assert any(m.startswith("NCCL_DEBGU is not a variable libnccl.so.2 reads") and "NCCL_DEBUG?" in m
                    for m in warnings)
         assert "NCCL_DEBUG=LOUD is not one of VERSION, WARN, INFO, TRACE, ABORT" in warnings
-    assert any(m.startswith("FI_CXI_DEFAULT_CQ_SIZE is 1024: HPE recommends FI_CXI_DEFAULT_CQ_SIZE=131072") for m in warnings)
-    assert any(m.startswith("FI_MR_CACHE_MONITOR is unset: HPE recommends FI_MR_CACHE_MONITOR=userfaultfd")
-               for m in warnings)
+    assert any(m.startswith("FI_CXI_DEFAULT_CQ_SIZE is 1024: HPE's Slingshot guide for NCCL/RCCL recommends "
+                            "FI_CXI_DEFAULT_CQ_SIZE=131072 for CPUs on HPE Slingshot 11") for m in warnings)
+    assert any(m.startswith("FI_MR_CACHE_MONITOR is unset: HPE's Slingshot guide for NCCL/RCCL, OLCF recommends "
+                            "FI_MR_CACHE_MONITOR=userfaultfd") for m in warnings)
+    # Only what applies to a node without GPUs: none of RCCL's settings.
+    assert not any(m.startswith(("NCCL_CROSS_NIC", "HSA_FORCE")) for m in warnings)
 
 
 def test_a_rank_that_never_starts_is_reported_missing():

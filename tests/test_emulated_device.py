@@ -12,6 +12,8 @@ for the caller's stream, or Work.wait()'s for the collective) makes
 test_collectives_on_device_streams fail: the emulated copies run late
 enough for a missing wait to read stale values."""
 
+import json
+
 import pytest
 
 from tests.emulated_device import build
@@ -104,3 +106,36 @@ def test_libmojoccl_without_a_device_runtime_says_so_on_every_rank(device_env):
         assert "libmojoccl was given device memory (a stream), but neither the CUDA driver (libcuda.so.1) " \
                "nor the HIP runtime (libamdhip64.so) is loaded" in result.stderr, result.stderr
         assert "[TRACE] collectives via" in result.stderr and "libmojoccl.so (mojoccl version 100)" in result.stderr
+
+
+def test_the_doctor_reads_which_network_the_vendor_library_chose(device_env):
+    """The doctor's job across 2 simulated nodes on the device, whose NCCL
+    (the emulated one) chooses and logs its network as NCCL does. Without
+    a plugin it logs sockets between nodes: an error. With the stand-in
+    plugin on LD_LIBRARY_PATH and NCCL_NET naming its network: passes,
+    with the warning that no GPU-direct RDMA was used (the emulated
+    device's memory is host memory)."""
+    env = {**device_env, "MOJOCCL_FABRIC_PROVIDER": "tcp", "MOJOCCL_SOCKET_IFNAME": "lo"}
+    nodes = {0: {"MOJOCCL_HOSTID": "a"}, 1: {"MOJOCCL_HOSTID": "b"}}
+    doctor = ("doctor", "--json", "--size", "64K")
+
+    sockets = json.loads(run_worker("device", 2, *doctor, env=env, rank_env=nodes, timeout=240,
+                                    check=False)[0].stdout)
+    assert sockets["exit_status"] == 1 and sockets["all_reduce"]["correct"], sockets["problems"]
+    [network] = sockets["vendor_networks"]
+    assert network["networks"] == ["Socket"] and network["nodes"] == 2 and network["processes"] == 2
+    [error] = [item for item in sockets["problems"] if item["severity"] == "error"]
+    assert error["kind"] == "fabric" and error["message"].startswith(
+        "on " + network["host"] + ': NCCL/RCCL used sockets between nodes ("Using network Socket"; it '
+        "looked for libnccl-net.so and did not find it)")
+
+    plugin = {**env, "LD_LIBRARY_PATH": device_env["EMULATED_NET_PLUGIN_DIR"], "NCCL_NET": "AWS Libfabric"}
+    libfabric = json.loads(run_worker("device", 2, *doctor, env=plugin, rank_env=nodes, timeout=240,
+                                      check=False)[0].stdout)
+    assert libfabric["exit_status"] == 0, libfabric["problems"]
+    [network] = libfabric["vendor_networks"]
+    assert network["networks"] == ["AWS Libfabric"] and network["plugin"] == "AWS Libfabric"
+    assert network["gpu_direct"] == {"AWS Libfabric": False}
+    fabric = [item for item in libfabric["problems"] if item["kind"] == "fabric"]
+    assert [item["message"].split(": ", 1)[1].split(" (")[0] for item in fabric] == [
+        "AWS Libfabric carries data between nodes without GPU-direct RDMA"]

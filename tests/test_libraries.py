@@ -92,12 +92,14 @@ def test_a_library_without_ncclapi_is_refused_by_name(tmp_path):
 # --------------------------------------------------------------------- AMD
 
 SEARCH_RCCL = """
-import ctypes, json, sys
+import ctypes, json, os, sys
 from torch_mojo import libraries
 found = {}
 found["before"] = libraries.find_rccl().to_dict()
 ctypes.CDLL(sys.argv[1])  # as a ROCm build of torch or MAX loads its HIP runtime
 found["hip loaded"] = libraries.find_rccl().to_dict()
+os.environ["TORCH_MOJO_BACKEND_RCCL_LIB"] = sys.argv[2]  # an RCCL of another ROCm, named by the user
+found["another rocm"] = libraries.find_rccl().to_dict()
 print(json.dumps(found))
 """
 
@@ -107,13 +109,25 @@ def test_rccl_comes_from_the_rocm_whose_hip_runtime_is_loaded(tmp_path):
     configured = rocm_tree(tmp_path / "rocm-path")
     env = {key: value for key, value in os.environ.items() if key != "TORCH_MOJO_BACKEND_RCCL_LIB"}
     env["ROCM_PATH"] = str(configured.parent)
-    out = subprocess.run([sys.executable, "-c", SEARCH_RCCL, str(loaded / "libamdhip64.so.6")],
+    out = subprocess.run([sys.executable, "-c", SEARCH_RCCL, str(loaded / "libamdhip64.so.6"),
+                          str(configured / "librccl.so.1")],
                          env=env, capture_output=True, text=True, timeout=120, check=True).stdout
     found = json.loads(out)
     assert found["before"]["path"] == str(configured / "librccl.so.1")
-    assert found["before"]["source"] == "$ROCM_PATH/lib"
+    assert found["before"]["source"] == "$ROCM_PATH/lib" and found["before"]["warning"] is None
     assert found["hip loaded"]["path"] == str(loaded / "librccl.so.1")
     assert found["hip loaded"]["source"] == "the ROCm whose HIP runtime is loaded"
+    assert found["hip loaded"]["warning"] is None
+    # Before the site's RCCL too: one HIP runtime matters more.
+    assert found["before"]["searched"][:3] == [
+        "TORCH_MOJO_BACKEND_RCCL_LIB", "the ROCm whose HIP runtime is loaded",
+        "the site's RCCL (built with TORCH_MOJO_RCCL_LIBRARY)"]
+    # The user's own file wins, and is named with the HIP runtime it does not match.
+    other = found["another rocm"]
+    assert other["path"] == str(configured / "librccl.so.1") and other["source"] == "TORCH_MOJO_BACKEND_RCCL_LIB"
+    assert other["warning"].startswith(f"{configured / 'librccl.so.1'} (TORCH_MOJO_BACKEND_RCCL_LIB) is not from "
+                                       f"the ROCm whose HIP runtime this process has loaded ({loaded}")
+    assert "two HIP runtimes in one process" in other["warning"]
     # What was found loads, with RCCL's name in messages and the [TRACE] line.
     assert load_version(found["hip loaded"]["path"], "rccl") == 100
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from tests.harness import ROOT
-from torch_mojo import __version__, modulefile
+from torch_mojo import __version__, modulefile, site_settings
 
 LMOD = "/usr/share/lmod/lmod"
 CLEAN_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -34,17 +34,90 @@ def write_site_module(root, name, text):
     path.write_text(text)
 
 
-@pytest.mark.parametrize("site", modulefile.sites())
-def test_every_site_variant_passes_lmods_syntax_checks(tmp_path, site):
-    path = modulefile.write(str(tmp_path), site=site, requires=["libfabric/1.22.0"], cache_dir="/scratch/$USER/tm",
-                            settings=[("NCCL_DEBUG", "WARN")])
-    assert path == str(tmp_path / "torch-mojo" / f"{__version__}.lua")
-    write_site_module(tmp_path, "libfabric/1.22.0", 'whatis("libfabric")\n')
-    checked = subprocess.run([f"{LMOD}/libexec/check_module_tree_syntax", str(tmp_path)],
-                             capture_output=True, text=True, timeout=60)
-    assert checked.returncode == 0 and "No errors found" in checked.stdout, checked.stdout + checked.stderr
-    result = lmod_shell(f"module use {tmp_path}\nmodule --checkSyntax load torch-mojo")
+def net_plugin_dir(root, name="librccl-net.so"):
+    """A stand-in for a plugin's lib directory: the module checks the file
+    is there by its name, as RCCL and NCCL look it up."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / name).write_bytes(b"")
+    return root
+
+
+MACHINES = [(network, gpu) for network in site_settings.NETWORKS for gpu in site_settings.GPUS]
+
+
+def test_every_network_and_gpu_passes_lmods_syntax_checks(tmp_path):
+    """One module tree per machine kind (9), each checked by Lmod."""
+    plugin = net_plugin_dir(tmp_path / "plugin", "libnccl-net.so")
+    (plugin / "librccl-net.so").write_bytes(b"")
+    for network, gpu in MACHINES:
+        tree = tmp_path / f"{network}-{gpu}"
+        path = modulefile.write(str(tree), network=network, gpu=gpu, requires=["libfabric/1.22.0"],
+                                net_plugin=str(plugin) if gpu != "none" else None,
+                                cache_dir="/scratch/$USER/tm", settings=[("NCCL_DEBUG", "WARN")])
+        assert path == str(tree / "torch-mojo" / f"{__version__}.lua")
+        write_site_module(tree, "libfabric/1.22.0", 'whatis("libfabric")\n')
+        checked = subprocess.run([f"{LMOD}/libexec/check_module_tree_syntax", str(tree)],
+                                 capture_output=True, text=True, timeout=60)
+        assert checked.returncode == 0 and "No errors found" in checked.stdout, checked.stdout + checked.stderr
+    result = lmod_shell("\n".join(f"module use {tmp_path}/{network}-{gpu}\nmodule --checkSyntax load torch-mojo\n"
+                                  f"module unuse {tmp_path}/{network}-{gpu}" for network, gpu in MACHINES))
     assert result.returncode == 0, result.stderr
+
+
+def test_the_slingshot_module_sets_what_sites_publish_and_unload_gives_back_the_users(tmp_path):
+    """AMD GPUs on Slingshot with the plugin, under the real Lmod: every
+    published setting with its value, the plugin on LD_LIBRARY_PATH with
+    NCCL_NET naming it; values the user had before come back at unload."""
+    plugin = net_plugin_dir(tmp_path / "aws-ofi-rccl" / "lib")
+    modulefile.write(str(tmp_path / "modules"), network="slingshot", gpu="amd", net_plugin=str(plugin),
+                     settings=[("NCCL_NET_GDR_LEVEL", "3")])
+    expected = {setting.name: setting.value.replace("$USER", "tester")
+                for setting in site_settings.for_machine("slingshot", "amd")}
+    expected.update(NCCL_NET_GDR_LEVEL="3", NCCL_NET=site_settings.PLUGIN_NETWORK)
+    assert {"NCCL_SOCKET_IFNAME", "FI_CXI_RDZV_PROTO", "HSA_FORCE_FINE_GRAIN_PCIE", "MIOPEN_USER_DB_PATH",
+            "MOJOCCL_FABRIC_PROVIDER"} <= set(expected)
+    show = "\n".join(f'echo "{name}=${{{name}:-unset}}"' for name in sorted(expected))
+    result = lmod_shell(f"""
+export NCCL_SOCKET_IFNAME=ib0 FI_CXI_RX_MATCH_MODE=software LD_LIBRARY_PATH=/site/lib
+module use {tmp_path / "modules"}
+module load torch-mojo
+{show}
+echo "LIBRARY_PATH_LOADED=$LD_LIBRARY_PATH"
+module unload torch-mojo
+echo "AFTER_SOCKET=$NCCL_SOCKET_IFNAME"; echo "AFTER_MATCH=$FI_CXI_RX_MATCH_MODE"
+echo "AFTER_NET=${{NCCL_NET:-unset}}"; echo "AFTER_CXI=${{FI_CXI_RDZV_PROTO:-unset}}"
+echo "LIBRARY_PATH_AFTER=$LD_LIBRARY_PATH"
+""")
+    assert result.returncode == 0, result.stdout + result.stderr
+    seen = values(result.stdout)
+    assert {name: seen[name] for name in expected} == expected
+    assert {str(plugin), "/site/lib"} <= set(seen["LIBRARY_PATH_LOADED"].split(":"))
+    assert (seen["AFTER_SOCKET"], seen["AFTER_MATCH"]) == ("ib0", "software")
+    assert (seen["AFTER_NET"], seen["AFTER_CXI"]) == ("unset", "unset")
+    assert seen["LIBRARY_PATH_AFTER"] == "/site/lib"
+
+
+def test_nccl_net_is_set_only_with_the_plugin(tmp_path):
+    """Forcing NCCL_NET without the plugin fails RCCL's init: a module
+    written without --net-plugin leaves it unset (and the command warns);
+    a plugin with only a suffixed name gets NCCL_NET_PLUGIN too."""
+    def render(**options):
+        return modulefile.render(network="slingshot", **options)
+
+    without = render(gpu="amd")
+    assert "NCCL_NET\"" not in without and 'pushenv("FI_CXI_RDZV_PROTO", "alt_read")' in without
+    assert "RCCL will use sockets" in modulefile.missing_plugin_warning("slingshot", "amd", None)
+    assert modulefile.missing_plugin_warning("infiniband", "nvidia", None) is None
+    suffixed = net_plugin_dir(tmp_path / "ofi", "libnccl-net-ofi.so")
+    text = render(gpu="nvidia", net_plugin=str(suffixed))
+    assert 'pushenv("NCCL_NET", "AWS Libfabric")' in text and 'pushenv("NCCL_NET_PLUGIN", "ofi")' in text
+    assert 'pushenv("NCCL_PROTO", "^LL128")' in text and "HSA_FORCE" not in text
+    with pytest.raises(ValueError, match="no librccl-net.so .* there; give the plugin's lib directory"):
+        render(gpu="amd", net_plugin=str(suffixed))
+    with pytest.raises(ValueError, match="name the GPUs too"):
+        render(gpu="none", net_plugin=str(suffixed))
+    infiniband = modulefile.render(network="infiniband", gpu="nvidia")
+    assert 'pushenv("MOJOCCL_FABRIC_PROVIDER", "verbs")' in infiniband and "FI_CXI" not in infiniband
 
 
 def test_the_syntax_checks_catch_a_broken_modulefile(tmp_path):
@@ -88,13 +161,13 @@ paths AFTER
 
 
 def test_a_site_variant_loads_the_sites_modules_first(tmp_path):
-    """The MI300A/Slingshot variant with depends_on the site's libfabric
-    module (here one for Debian's libfabric): loading torch-mojo loads it,
-    unloading torch-mojo unloads it, and a missing one stops the load with
-    Lmod's message naming it."""
+    """A module for AMD GPUs on Slingshot with depends_on the site's
+    libfabric module (here one for Debian's libfabric): loading torch-mojo
+    loads it, unloading torch-mojo unloads it, and a missing one stops the
+    load with Lmod's message naming it."""
     write_site_module(tmp_path, "libfabric/1.22.0",
                       'whatis("libfabric")\nsetenv("SITE_LIBFABRIC", "/usr/lib/x86_64-linux-gnu")\n')
-    modulefile.write(str(tmp_path), site="mi300a-slingshot", requires=["libfabric/1.22.0"])
+    modulefile.write(str(tmp_path), network="slingshot", gpu="amd", requires=["libfabric/1.22.0"])
     result = lmod_shell(f"""
 module use {tmp_path}
 module load torch-mojo
@@ -111,7 +184,7 @@ echo "LEFT=$(module -t list 2>&1 | tr '\\n' ' ')"
     assert seen["PROVIDER"] == "cxi" and seen["VMM"] == "1" and seen["SITE_LIBFABRIC"]
     assert "libfabric" not in seen["LEFT"] and "torch-mojo" not in seen["LEFT"]
 
-    modulefile.write(str(tmp_path), site="mi300a-slingshot", requires=["rocm/6.4.3"])
+    modulefile.write(str(tmp_path), network="slingshot", gpu="amd", requires=["rocm/6.4.3"])
     missing = lmod_shell(f"module use {tmp_path}\nmodule load torch-mojo")
     assert missing.returncode != 0 and "rocm/6.4.3" in missing.stderr
 
@@ -125,11 +198,15 @@ def test_modulefile_command_checks_what_the_site_asks_for(tmp_path):
     assert typo.returncode != 0 and "MOJOCCL_FABRIC_PROVIDR: not a torch-mojo variable" in typo.stderr
     bad = command("--setenv", "MOJOCCL_ALGO=fastest")
     assert bad.returncode != 0 and "expected one of auto, one_shot, two_shot" in bad.stderr
-    site = command("--site", "moon")
-    assert site.returncode != 0 and "expected one of generic, h100-infiniband, mi300a-slingshot" in site.stderr
+    network = command("--network", "moon")
+    assert network.returncode != 0 and "choose from 'ethernet', 'slingshot', 'infiniband'" in network.stderr
+    plugin = command("--network", "slingshot", "--gpu", "amd", "--net-plugin", str(tmp_path))
+    assert plugin.returncode != 0 and f"--net-plugin {tmp_path}: no librccl-net.so" in plugin.stderr
+    warned = command("--network", "slingshot", "--gpu", "amd")
+    assert warned.returncode == 0 and "warning: no --net-plugin" in warned.stderr
     bad_path = command("--prepend-path", "PYTHONPATH")
     assert bad_path.returncode != 0 and "NAME=DIR" in bad_path.stderr
-    written = command("--site", "h100-infiniband", "--setenv", "NCCL_IB_HCA=mlx5_0",
+    written = command("--network", "infiniband", "--gpu", "nvidia", "--setenv", "NCCL_IB_HCA=mlx5_0",
                       "--prepend-path", "PYTHONPATH=/sw/torch/site-packages", "--output", str(tmp_path))
     assert written.returncode == 0 and f"module use {tmp_path}" in written.stdout
     text = (tmp_path / "torch-mojo" / f"{__version__}.lua").read_text()
@@ -141,3 +218,8 @@ def test_variables_in_paths_are_read_at_load_time():
     assert modulefile.lua_string("/scratch/$USER/cache") == '"/scratch/" .. (os.getenv("USER") or "") .. "/cache"'
     assert modulefile.lua_string("${HOME}") == '(os.getenv("HOME") or "")'
     assert modulefile.lua_string('plain "quoted"') == '"plain \\"quoted\\""'
+
+
+def test_the_install_guide_lists_the_published_settings():
+    page = (ROOT / "docs" / "install.md").read_text()
+    assert site_settings.markdown_table() in page

@@ -403,6 +403,16 @@ MOJOCCL_API ncclResult_t mojocclCommFailedRanks(ncclComm_t comm, int* ranks, int
   });
 }
 
+MOJOCCL_API ncclResult_t mojocclCommNodes(ncclComm_t comm, int* nodes, int* localRanks, int* localRank) {
+  return guarded([&] {
+    if (comm == nullptr || nodes == nullptr || localRanks == nullptr || localRank == nullptr)
+      mojoccl::fail(ncclInvalidArgument, "mojocclCommNodes: comm, nodes, localRanks or localRank is NULL");
+    *nodes = comm->impl.nodeCount();
+    *localRanks = comm->impl.localRanks();
+    *localRank = comm->impl.localIndex();
+  });
+}
+
 MOJOCCL_API ncclResult_t ncclGroupStart(void) {
   ++groupDepth;
   return ncclSuccess;

@@ -105,6 +105,10 @@ class Comm {
   // reports. After an abort, those known when it released the transports.
   std::vector<int> failedRanks();
   ncclResult_t asyncError() const { return asyncError_.load(); }
+  // The communicator's shape: its nodes, the ranks of ours, our place there.
+  int nodeCount() const { return static_cast<int>(nodes_.size()); }
+  int localRanks() const { return static_cast<int>(nodes_[node_].size()); }
+  int localIndex() const { return localIndex_; }
 
   // Calls in progress; ncclCommAbort waits for them before freeing the comm.
   std::atomic<int> activeCalls{0};

@@ -5,7 +5,7 @@ import json
 import os
 import sys
 
-from torch_mojo import __version__
+from torch_mojo import __version__, site_settings
 from torch_mojo.env import VARIABLES, markdown_table
 
 
@@ -108,10 +108,13 @@ def _modulefile(args):
                 sys.exit(f"torch-mojo modulefile: {option} {value}: expected {form}")
             yield name, rest
 
-    options = dict(site=args.site, requires=args.requires, cache_dir=args.cache_dir,
+    options = dict(network=args.network, gpu=args.gpu, net_plugin=args.net_plugin, requires=args.requires, cache_dir=args.cache_dir,
                    settings=list(pairs("--setenv", "NAME=VALUE", args.setenv)),
                    prepends=list(pairs("--prepend-path", "NAME=DIR", args.prepend_path)))
     try:
+        warning = modulefile.missing_plugin_warning(args.network, args.gpu, args.net_plugin)
+        if warning:
+            print(f"torch-mojo modulefile: warning: {warning}", file=sys.stderr)
         if args.output:
             path = modulefile.write(args.output, **options)
             print(f"wrote {path}\nto use it: module use {os.path.abspath(args.output)}; module load torch-mojo")
@@ -149,8 +152,12 @@ def main(argv=None):
     commands.add_parser("doctor", help="check a job's set-up before it trains: run it as the job is run "
                         "(see --help)", add_help=False)
     module = commands.add_parser("modulefile", help="an Lmod modulefile for this installation")
-    module.add_argument("--site", default="generic", help="site variant: generic (default), mi300a-slingshot, "
-                        "h100-infiniband")
+    module.add_argument("--network", default="ethernet", choices=list(site_settings.NETWORKS),
+                        help="the network between nodes, whose published settings the module sets (default ethernet)")
+    module.add_argument("--gpu", default="none", choices=list(site_settings.GPUS),
+                        help="the nodes' GPU vendor, likewise (default none)")
+    module.add_argument("--net-plugin", metavar="DIR", help="the lib directory of RCCL/NCCL's libfabric plugin "
+                        "(aws-ofi-rccl, aws-ofi-nccl): on LD_LIBRARY_PATH, with NCCL_NET set to use it")
     module.add_argument("--requires", action="append", default=[], metavar="MODULE",
                         help="a site module to load first (depends_on), e.g. rocm/6.4.3; repeatable")
     module.add_argument("--cache-dir", help="TORCH_MOJO_BACKEND_CACHE_DIR for every user, on a filesystem "

@@ -6,9 +6,11 @@ right after the user's own choice of file:
 
 - NCCL: TORCH_MOJO_BACKEND_NCCL_LIB, the site's, an NCCL wheel
   (nvidia-nccl-cu12 / -cu13), libnccl.so.2 on the library path.
-- RCCL: TORCH_MOJO_BACKEND_RCCL_LIB, the site's, the ROCm whose HIP
-  runtime is loaded in this process, $ROCM_PATH/lib, /opt/rocm/lib,
-  librccl.so.1 on the library path.
+- RCCL: TORCH_MOJO_BACKEND_RCCL_LIB, the ROCm whose HIP runtime is
+  loaded in this process (a ROCm build of torch: one HIP runtime for
+  both), the site's, $ROCM_PATH/lib, /opt/rocm/lib, librccl.so.1 on the
+  library path. An RCCL from another ROCm than the loaded HIP runtime is
+  loaded with a warning that names both.
 - libfabric: MOJOCCL_LIBFABRIC, the site's, libfabric.so.1 on the library
   path, the Cray install (/opt/cray/libfabric/*).
 
@@ -26,6 +28,7 @@ import importlib.util
 import json
 import os
 import subprocess
+import warnings
 from dataclasses import asdict, dataclass, field
 
 from torch_mojo._paths import mojoccl_path, package_dir
@@ -37,6 +40,7 @@ class Lookup:
     path: str | None  # what would be loaded; None: not found
     source: str  # where `path` came from, or why nothing was found
     searched: list[str] = field(default_factory=list)  # the places tried, in order
+    warning: str | None = None  # what is wrong with loading `path`, though it loads
 
     def to_dict(self):
         return asdict(self)
@@ -64,10 +68,11 @@ def gpu_kernel_images() -> dict[str, tuple[str, str]]:
     return images
 
 
-def on_library_path(soname: str) -> str | None:
-    """Where the dynamic loader would find `soname`: LD_LIBRARY_PATH first,
-    then the ldconfig cache."""
-    for directory in filter(None, os.environ.get("LD_LIBRARY_PATH", "").split(":")):
+def on_library_path(soname: str, environ=None) -> str | None:
+    """Where the dynamic loader would find `soname`: LD_LIBRARY_PATH (of
+    `environ`, this process's by default) first, then the ldconfig cache."""
+    environ = os.environ if environ is None else environ
+    for directory in filter(None, environ.get("LD_LIBRARY_PATH", "").split(":")):
         candidate = os.path.join(directory, soname)
         if os.path.exists(candidate):
             return candidate
@@ -128,17 +133,56 @@ def loaded_hip_runtime() -> str | None:
     return None
 
 
+def rccl_beside(hip_runtime: str) -> str | None:
+    """The RCCL of the ROCm a HIP runtime belongs to: beside it (a ROCm
+    install's lib/, or torch/lib/ of a ROCm wheel of torch)."""
+    directory = os.path.dirname(os.path.realpath(hip_runtime))
+    return next((os.path.join(directory, name) for name in ("librccl.so.1", "librccl.so")
+                 if os.path.exists(os.path.join(directory, name))), None)
+
+
 def find_rccl() -> Lookup:
     rocm_path = os.environ.get("ROCM_PATH")
     hip = loaded_hip_runtime()
-    return _search("librccl.so.1", [
+    lookup = _search("librccl.so.1", [
         ("TORCH_MOJO_BACKEND_RCCL_LIB", os.environ.get("TORCH_MOJO_BACKEND_RCCL_LIB")),
+        ("the ROCm whose HIP runtime is loaded", rccl_beside(hip) if hip else None),
         ("the site's RCCL (built with TORCH_MOJO_RCCL_LIBRARY)", build_info()["rccl_library"]),
-        ("the ROCm whose HIP runtime is loaded", os.path.join(os.path.dirname(hip), "librccl.so.1") if hip else None),
         ("$ROCM_PATH/lib", os.path.join(rocm_path, "lib", "librccl.so.1") if rocm_path else None),
         ("/opt/rocm/lib", "/opt/rocm/lib/librccl.so.1"),
         ("the library path", on_library_path("librccl.so.1")),
     ])
+    if hip and lookup.path and os.path.dirname(os.path.realpath(lookup.path)) != \
+            os.path.dirname(os.path.realpath(hip)):
+        lookup.warning = (f"{lookup.path} ({lookup.source}) is not from the ROCm whose HIP runtime this process "
+                          f"has loaded ({hip}): two HIP runtimes in one process can crash or hang; unset "
+                          "TORCH_MOJO_BACKEND_RCCL_LIB, or load the torch built for that ROCm")
+    return lookup
+
+
+# The file NCCL (libnccl-net) and RCCL (librccl-net) load their network
+# plugin from: PREFIX.so; with NCCL_NET_PLUGIN=NAME, NAME itself (a file on
+# the library path, or a path), then PREFIX-NAME.so (NCCL's plugin_open.cc,
+# which RCCL shares with its own prefix).
+NET_PLUGIN_PREFIX = {"nccl": "libnccl-net", "rccl": "librccl-net"}
+
+
+def find_net_plugin(kind: str, environ=None) -> Lookup:
+    """The libfabric (or other) network plugin that `kind`'s library (nccl
+    or rccl) would load in `environ` (this process's by default)."""
+    environ = os.environ if environ is None else environ
+    prefix = NET_PLUGIN_PREFIX[kind]
+    named = environ.get("NCCL_NET_PLUGIN")
+    if named == "none":
+        return Lookup(f"{prefix}.so", None, "NCCL_NET_PLUGIN=none turns plugins off", ["NCCL_NET_PLUGIN"])
+    if not named:
+        names = [f"{prefix}.so"]
+    elif "/" in named or (named.startswith("lib") and named.endswith(".so")):
+        names = [named]
+    else:
+        names = [named, f"{prefix}-{named}.so"]
+    return _search(names[-1], [(f"{name}" + ("" if "/" in name else " on the library path"),
+                                name if "/" in name else on_library_path(name, environ)) for name in names])
 
 
 def find_libfabric() -> Lookup:
@@ -219,6 +263,8 @@ def accelerator_library(device_type: str) -> tuple[str, str]:
     lookup, kind = accelerator_lookup(device_type)
     if lookup.path is None:
         raise RuntimeError(missing_library_message("nvidia" if kind == "nccl" else "amd", lookup))
+    if lookup.warning:
+        warnings.warn(lookup.warning, RuntimeWarning, stacklevel=2)
     return lookup.path, kind
 
 

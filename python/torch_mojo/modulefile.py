@@ -1,34 +1,32 @@
 """``torch-mojo modulefile``: an Lmod modulefile for this installation.
 
-The template (modulefiles/torch-mojo.lua.in) and the site variants
-(modulefiles/sites/<site>.lua) are installed with the package; this module
-fills in the paths of the installation that runs it, the site's choices
-(module dependencies, a shared cache directory, extra variables) and writes
-``<root>/torch-mojo/<version>.lua``, the layout Lmod expects under a
-MODULEPATH entry.
+The template (modulefiles/torch-mojo.lua.in) and the help texts of each
+network and GPU vendor (modulefiles/networks/, modulefiles/gpus/) are
+installed with the package; this module fills in the paths of the
+installation that runs it, the settings sites publish for its network and
+GPUs (torch_mojo.site_settings), the libfabric plugin of RCCL/NCCL, the
+site's choices (module dependencies, a shared cache directory, extra
+variables) and writes ``<root>/torch-mojo/<version>.lua``, the layout Lmod
+expects under a MODULEPATH entry.
 """
 
 from __future__ import annotations
 
+import glob
 import importlib.metadata
 import os
 import re
 
-from torch_mojo import __version__
+from torch_mojo import __version__, site_settings
 from torch_mojo._paths import package_dir
 from torch_mojo.env import BY_NAME, PREFIXES
+from torch_mojo.libraries import NET_PLUGIN_PREFIX
 
 PLACEHOLDER = re.compile(r"@([A-Z_]+)@")
 
 
 def templates_dir() -> str:
     return os.path.join(package_dir(), "modulefiles")
-
-
-def sites() -> list[str]:
-    """The site variants shipped with the package: generic, ..."""
-    names = [name[: -len(".lua")] for name in os.listdir(os.path.join(templates_dir(), "sites"))]
-    return sorted(names, key=lambda name: (name != "generic", name))
 
 
 def installed_paths() -> dict[str, str]:
@@ -79,26 +77,75 @@ def check_setting(option: str, name: str, value: str) -> None:
             raise ValueError(f"{option}: {problem}")
 
 
-def render(site: str = "generic", requires=(), cache_dir: str | None = None, settings=(), prepends=()) -> str:
-    """The modulefile text. `requires`: module names (e.g. rocm/6.4.3) it
-    loads first with depends_on; `settings`: (NAME, VALUE) pairs it sets;
-    `prepends`: (NAME, DIRECTORY) pairs it prepends to path variables (a
-    Spack install's dependencies, whose prefixes differ from ours)."""
-    if site not in sites():
-        raise ValueError(f"unknown site {site!r}: expected one of {', '.join(sites())}")
+def net_plugin_settings(gpu: str, directory: str) -> list[str]:
+    """The lines that make RCCL/NCCL load the libfabric plugin in
+    `directory` (aws-ofi-rccl's lib, or aws-ofi-nccl's) and use it: the
+    directory on LD_LIBRARY_PATH, NCCL_NET naming the plugin's network,
+    and NCCL_NET_PLUGIN where the plugin has only a suffixed name."""
+    if gpu == "none":
+        raise ValueError("--net-plugin is RCCL's or NCCL's: name the GPUs too (--gpu amd or --gpu nvidia)")
+    prefix = NET_PLUGIN_PREFIX["rccl" if gpu == "amd" else "nccl"]
+    suffixed = sorted(glob.glob(os.path.join(directory, f"{prefix}-*.so")))
+    if not os.path.exists(os.path.join(directory, f"{prefix}.so")) and not suffixed:
+        raise ValueError(f"--net-plugin {directory}: no {prefix}.so (nor {prefix}-NAME.so) there; give the "
+                         "plugin's lib directory (aws-ofi-rccl's for ROCm 6, aws-ofi-nccl's otherwise)")
+    lines = ["-- RCCL/NCCL's libfabric plugin: without it they use sockets between nodes.",
+             f'prepend_path("LD_LIBRARY_PATH", {lua_string(directory)})',
+             f'pushenv("NCCL_NET", "{site_settings.PLUGIN_NETWORK}")']
+    if not os.path.exists(os.path.join(directory, f"{prefix}.so")):
+        name = os.path.basename(suffixed[0])[len(prefix) + 1: -len(".so")]
+        lines.append(f'pushenv("NCCL_NET_PLUGIN", "{name}")  -- the plugin is {os.path.basename(suffixed[0])}')
+    return lines
+
+
+def missing_plugin_warning(network: str, gpu: str, net_plugin: str | None) -> str | None:
+    """Why a module for GPUs on Slingshot without --net-plugin needs one."""
+    if network == "slingshot" and gpu != "none" and not net_plugin:
+        library = "RCCL" if gpu == "amd" else "NCCL"
+        return (f"no --net-plugin: unless another module puts the libfabric plugin on LD_LIBRARY_PATH, {library} "
+                "will use sockets between nodes (many times slower); `torch-mojo doctor` checks it")
+    return None
+
+
+def machine_lines(network: str, gpu: str, net_plugin: str | None, overridden=()) -> list[str]:
+    """The help texts of the network and the GPUs, and the settings sites
+    publish for them, each with its reason. pushenv, so that unloading
+    gives back a value the user had set before. The site's own choice of
+    a variable (`overridden`: the names of its --setenv) replaces ours."""
+    lines = []
+    for kind, name in (("networks", network), ("gpus", gpu)):
+        with open(os.path.join(templates_dir(), kind, f"{name}.lua")) as fragment:
+            lines.append(fragment.read().rstrip("\n"))
+    for setting in site_settings.for_machine(network, gpu):
+        if setting.name in overridden:
+            continue
+        lines += [f"-- {setting.reason} [{setting.source}]", f'pushenv("{setting.name}", {lua_string(setting.value)})']
+    if net_plugin:
+        lines += net_plugin_settings(gpu, net_plugin)
+    return lines
+
+
+def render(network: str = "ethernet", gpu: str = "none", net_plugin: str | None = None, requires=(),
+           cache_dir: str | None = None, settings=(), prepends=()) -> str:
+    """The modulefile text for nodes of `network` and `gpu` (site_settings'
+    names), with RCCL/NCCL's libfabric plugin from the directory
+    `net_plugin`. `requires`: module names (e.g. rocm/6.4.3) it loads first
+    with depends_on; `settings`: (NAME, VALUE) pairs it sets (after the
+    sites' own, so they win); `prepends`: (NAME, DIRECTORY) pairs it
+    prepends to path variables (a Spack install's dependencies, whose
+    prefixes differ from ours)."""
+    title = site_settings.machine_title(network, gpu)  # checks both names
     for option, pairs in (("--setenv", settings), ("--prepend-path", prepends)):
         for name, value in pairs:
             check_setting(option, name, value)
     with open(os.path.join(templates_dir(), "torch-mojo.lua.in")) as template:
         text = template.read()
-    with open(os.path.join(templates_dir(), "sites", f"{site}.lua")) as fragment:
-        site_settings = fragment.read().rstrip("\n")
     extra = [f'setenv("{name}", {lua_string(value)})' for name, value in settings]
     extra += [f'prepend_path("{name}", {lua_string(directory)})' for name, directory in prepends]
     values = {
         "VERSION": __version__,
-        "SITE": site,
-        "SITE_SETTINGS": "\n".join([site_settings, *extra]),
+        "TITLE": title,
+        "MACHINE": "\n".join([*machine_lines(network, gpu, net_plugin, {name for name, _ in settings}), *extra]),
         "DEPENDENCIES": "\n".join(f'depends_on("{module}")' for module in requires),
         "CACHE_DIR": (f'setenv("TORCH_MOJO_BACKEND_CACHE_DIR", {lua_string(cache_dir)})' if cache_dir else
                       "-- TORCH_MOJO_BACKEND_CACHE_DIR: not set by the site (`torch-mojo modulefile --cache-dir`)"),

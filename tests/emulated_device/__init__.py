@@ -4,7 +4,9 @@ device.cpp is torch's PrivateUse1 device, named `mojo` (as
 torch-mojo-backend's device is), with host memory and asynchronous streams;
 nccl_on_streams.cpp is a vendor library for it that, as NCCL does, only
 enqueues each call on the stream it is given (the collectives themselves are
-libmojoccl's); gpu_runtime.cpp, built as the HIP runtime and as the CUDA
+libmojoccl's) and chooses and logs its network as NCCL does, with
+net_plugin.c as the net plugin it may find (libnccl-net.so, naming its
+network as aws-ofi-nccl does); gpu_runtime.cpp, built as the HIP runtime and as the CUDA
 driver, answers the calls with which libmojoccl (TORCH_MOJO_BACKEND_CCL=mojo)
 moves device memory, maps its peers' and launches the GPU kernel (running
 the kernel's own code, compiled for the CPU). Together they run the process group's accelerator path (the
@@ -47,6 +49,11 @@ def build() -> dict[str, str]:
             subprocess.run(["c++", "-std=c++17", "-O2", "-shared", "-fPIC", "-fvisibility=hidden",
                             f"-I{ROOT / 'cpp' / 'ccl' / 'include'}", str(HERE / source), *extra,
                             "-o", str(target), "-ldl", "-lpthread"], check=True)
+    plugin = BUILD / "net-plugin" / "libnccl-net.so"
+    if _stale(plugin, HERE / "net_plugin.c"):
+        plugin.parent.mkdir(exist_ok=True)
+        subprocess.run(["cc", "-shared", "-fPIC", "-fvisibility=hidden", str(HERE / "net_plugin.c"), "-o", str(plugin)],
+                       check=True)
     kernel_on_cpu = BUILD / "libgpu_kernel_on_cpu.so"
     if _stale(kernel_on_cpu, *(ROOT / "kernels").glob("*.mojo"), ROOT / "tests" / "gpu_kernel" / "on_cpu.mojo"):
         from tests.gpu_kernel import build_on_cpu
@@ -61,6 +68,8 @@ def build() -> dict[str, str]:
         "EMULATED_DEVICE_LIBRARY": str(device) if isinstance(device, str) else str(BUILD / "emulated_mojo_device.so"),
         "TORCH_MOJO_BACKEND_NCCL_LIB": str(shim),
         "EMULATED_NCCL_BACKING": mojoccl_path(),
+        # Where the stand-in net plugin is: on LD_LIBRARY_PATH, NCCL finds it.
+        "EMULATED_NET_PLUGIN_DIR": str(plugin.parent),
         # Loaded by install() only when a test sets EMULATED_HIP=1 or EMULATED_CUDA=1.
         "EMULATED_HIP_RUNTIME": str(hip),
         "EMULATED_CUDA_DRIVER": str(cuda),

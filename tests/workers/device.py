@@ -12,6 +12,7 @@ ranks may share one.
   peers        libmojoccl's device path (MOJOCCL_DEVICE_PEERS=1): all_reduce
                over datatypes and operations, and every collective it
                serves at sizes across its 64 MiB chunks
+  doctor ARGS  `torch-mojo doctor ARGS` on the device
 """
 
 import datetime
@@ -260,6 +261,10 @@ def main():
         from tests.emulated_device import install
 
         install()
+    if scenario == "doctor":
+        from torch_mojo import doctor
+
+        sys.exit(doctor.main(sys.argv[2:]))
     torch_mojo.register_mojo_devices()
     accelerator = torch.accelerator.current_accelerator()
     timeout_s = 3 if scenario == "timeout" else 120

@@ -5,6 +5,7 @@ Run it with the launcher and node count of the training job::
     srun -N 2 --ntasks-per-node=4 torch-mojo doctor
     torchrun --nnodes 2 --nproc-per-node 4 ... -m torch_mojo.doctor
     torch-mojo doctor --nproc 4                 # one node, ranks started here
+    torch-mojo doctor --nccl-log nccl.*.log     # which network RCCL/NCCL used
 
 Every rank reports where it runs, its cores, device, collective libraries
 and transports; rank 0 prints one table for the job, the latency and
@@ -43,6 +44,9 @@ def parse(argv):
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--size", type=parse_size, default=16 << 20,
                         help="bytes of the bandwidth measurements and the all-reduce (default 16M)")
+    parser.add_argument("--nccl-log", nargs="+", metavar="FILE",
+                        help="instead of a job: read RCCL/NCCL's NCCL_DEBUG=INFO output (NCCL_DEBUG_FILE per rank, or "
+                        "a job's combined log) and say which network they used between nodes, per host")
     parser.add_argument("--timeout", type=float, default=MEASURE_TIMEOUT_S,
                         help="the process group's timeout for the measurements, in seconds: a measurement "
                         f"that takes longer ends the job with the watchdog's report (default {MEASURE_TIMEOUT_S})")
@@ -51,6 +55,8 @@ def parse(argv):
 
 def main(argv=None) -> int:
     args = parse(argv)
+    if args.nccl_log:
+        return check_nccl_logs(args.nccl_log, args.json)
     if not launcher.is_rank_of_a_job():
         return start_ranks(args.nproc, sys.argv[1:] if argv is None else argv)
     try:
@@ -59,6 +65,28 @@ def main(argv=None) -> int:
     except (DoctorError, launcher.LauncherError) as error:
         print(f"torch-mojo doctor, rank {os.environ.get('RANK', '?')}: {error}", file=sys.stderr)
         return 1
+
+
+def check_nccl_logs(paths: list[str], as_json: bool) -> int:
+    from torch_mojo.doctor import nccl_log
+
+    try:
+        hosts = nccl_log.read(paths)
+    except OSError as error:
+        print(f"torch-mojo doctor: {error}", file=sys.stderr)
+        return 1
+    found = nccl_log.problems(hosts)
+    status = int(not hosts or any(severity == "error" for severity, _ in found))
+    if as_json:
+        print(json.dumps({"hosts": [nccl_log.summary(log, len(hosts)) for log in hosts.values()],
+                          "problems": [{"severity": severity, "message": message} for severity, message in found],
+                          "status": status}, indent=2))
+    elif not hosts:
+        print(f"no NCCL INFO lines in {', '.join(paths)}: run the job with NCCL_DEBUG=INFO "
+              "NCCL_DEBUG_SUBSYS=INIT,NET")
+    else:
+        print("\n".join(nccl_log.report_lines(hosts, found)))
+    return status
 
 
 def start_ranks(nproc: int, argv: list[str]) -> int:

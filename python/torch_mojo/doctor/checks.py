@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import statistics
 
+from torch_mojo.doctor import nccl_log
 from torch_mojo.doctor.facts import SOCKET_PROVIDERS, number_ranges
 from torch_mojo.doctor.job import Job
 from torch_mojo.doctor.variables import ERROR, WARNING
@@ -112,6 +113,14 @@ def fabric_problems(job: Job) -> list[dict]:
                        f"{fabric['provider_source']}) although this node has a fabric NIC "
                        f"({', '.join(fabric['hardware'])}): set MOJOCCL_FABRIC_PROVIDER={fabric['hardware'][0]}")
             findings.setdefault((ERROR if spans_nodes else WARNING, "fabric", message), []).append(rank)
+        plugin = facts.get("net_plugin")
+        if spans_nodes and plugin and not plugin["path"] and facts["machine"]["network"] == "slingshot":
+            library = "RCCL" if facts["machine"]["gpu"] == "amd" else "NCCL"
+            message = (f"on {host} {library} would use sockets between nodes, many times slower: its libfabric "
+                       f"plugin ({plugin['library']}) is not on the library path; load the plugin's module "
+                       "(aws-ofi-rccl for ROCm 6, aws-ofi-nccl otherwise) or put its lib directory on "
+                       "LD_LIBRARY_PATH, and set NCCL_NET=\"AWS Libfabric\"")
+            findings.setdefault((ERROR, "fabric", message), []).append(rank)
     found = grouped(findings)
     if spans_nodes:
         found += disagreements(job)
@@ -212,6 +221,15 @@ def cache_problems(job: Job, seen_by: dict[int, list[str]]) -> list[dict]:
                     "(such as $SCRATCH/torch-mojo-cache)", blind)]
 
 
+def vendor_network_problems(job: Job) -> list[dict]:
+    """What RCCL/NCCL logged of their network during the measurements."""
+    if not job.vendor_networks:
+        return []
+    on_hosts = [rank for rank, facts in job.facts.items() if facts["host"] in job.vendor_networks]
+    return [problem(severity, "fabric", f"on {message}", on_hosts)
+            for severity, message in nccl_log.problems(job.vendor_networks)]
+
+
 def measurement_problems(job: Job) -> list[dict]:
     found = [problem(ERROR, "measurement", f"the measurements failed: {message}", [rank])
              for rank, message in job.failures.items()]
@@ -247,4 +265,4 @@ def measurements_possible(problems: list[dict]) -> bool:
 
 def after_measurements(job: Job, seen_by: dict[int, list[str]]) -> list[dict]:
     """What the measurements and the cache markers show."""
-    return ordered([*cache_problems(job, seen_by), *measurement_problems(job)])
+    return ordered([*cache_problems(job, seen_by), *measurement_problems(job), *vendor_network_problems(job)])

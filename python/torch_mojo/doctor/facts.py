@@ -143,7 +143,8 @@ def environment_of_interest(environ) -> dict[str, str]:
     from torch_mojo.env import PREFIXES
 
     return {name: value for name, value in sorted(environ.items())
-            if name.startswith(PREFIXES + ("NCCL_", "FI_", "TORCH_NCCL_", "TORCH_FR_"))}
+            if name.startswith(PREFIXES + ("NCCL_", "RCCL_", "OFI_NCCL_", "FI_", "HSA_", "MIOPEN_", "TORCH_NCCL_",
+                                           "TORCH_FR_"))}
 
 
 def gather() -> dict:
@@ -163,14 +164,34 @@ def gather() -> dict:
     facts.update(device_facts())
     fabric, parameters = fabric_facts(facts["local_rank"])
     facts["fabric"] = fabric
-    # Slingshot: cxi chosen by the user, or the default where a cxi NIC is.
-    slingshot = fabric["provider"] == "cxi" and ("cxi" in fabric["hardware"] or fabric["provider_source"] != "the default")
+    kind = gpu_library_kind(facts)
+    facts["machine"] = {"network": network_of(fabric), "gpu": {"rccl": "amd", "nccl": "nvidia"}.get(kind, "none")}
+    if kind:
+        facts["net_plugin"] = libraries.find_net_plugin(kind).to_dict()
     facts["problems"] = [
         *variables.review_ours(environ),
         *variables.review_nccl(environ, nccl_library(facts)),
-        *variables.review_libfabric(environ, parameters, slingshot),
+        *variables.review_libfabric(environ, parameters),
+        *variables.review_site_settings(environ, **facts["machine"]),
+        *variables.review_net_plugin(environ, kind),
+        *variables.review_socket_interface(environ),
     ]
     return facts
+
+
+def network_of(fabric: dict) -> str:
+    """slingshot where cxi is chosen by the user or is the default beside a
+    cxi NIC; infiniband beside an InfiniBand HCA; else ethernet."""
+    if fabric["provider"] == "cxi" and ("cxi" in fabric["hardware"] or fabric["provider_source"] != "the default"):
+        return "slingshot"
+    return "infiniband" if "verbs" in fabric["hardware"] else "ethernet"
+
+
+def gpu_library_kind(facts: dict) -> str | None:
+    """rccl or nccl: the vendor library this rank's GPU tensors go to (the
+    one NCCL_* variables and the network plugin are for), or None."""
+    kind = facts.get("accelerator_library_kind")
+    return kind if kind in ("nccl", "rccl") else None
 
 
 def nccl_library(facts: dict) -> str | None:

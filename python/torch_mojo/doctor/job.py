@@ -5,7 +5,10 @@ the ranks open a `mojo` process group and measure the links, pair by pair:
 within each node between its first two ranks, and between nodes between
 their first ranks (every pair of nodes, in rounds of disjoint pairs, up to
 16 nodes; beyond, each node with the next). A world all-reduce checks the
-result on every rank. Rank 0 ends with the whole job's facts and links.
+result on every rank; where GPU tensors go to RCCL or NCCL, one on the
+GPU too, with the library logging which network it chose between nodes
+(nccl_log reads the lines). Rank 0 ends with the whole job's facts and
+links.
 """
 
 from __future__ import annotations
@@ -14,8 +17,11 @@ import datetime
 import json
 import os
 import statistics
+import tempfile
 import time
 from dataclasses import dataclass, field
+
+from torch_mojo.doctor import nccl_log
 
 # The store's keys, under their own prefix in the job's store.
 PREFIX = "torch-mojo-doctor"
@@ -29,6 +35,7 @@ class Job:
     links: list[dict] = field(default_factory=list)  # measured pairs
     failures: dict[int, str] = field(default_factory=dict)  # rank: what failed in the measurements
     all_reduce: dict | None = None
+    vendor_networks: dict[str, nccl_log.HostLog] = field(default_factory=dict)  # host: RCCL/NCCL's choice
 
 
 class MeasurementFailed(RuntimeError):
@@ -170,6 +177,26 @@ def check_all_reduce(rank: int, world_size: int, size: int) -> dict:
     return {"bytes": size, "correct": correct, "time_us": seconds * 1e6, "busbw_gbps": busbw}
 
 
+def vendor_library_device():
+    """This rank's GPU, where its tensors go to RCCL or NCCL; else None."""
+    from torch_mojo import libraries
+
+    device = libraries.current_accelerator()
+    if device is None or libraries.accelerator_lookup(device.type)[1] not in ("nccl", "rccl"):
+        return None
+    return device
+
+
+def check_device_all_reduce(rank: int, world_size: int, device) -> bool:
+    """An all-reduce of GPU tensors, through RCCL/NCCL: its result here."""
+    import torch
+    import torch.distributed as dist
+
+    tensor = torch.full((1024,), float(rank + 1), device=device)
+    dist.all_reduce(tensor)
+    return bool((tensor.cpu() == world_size * (world_size + 1) / 2).all())
+
+
 def measure(store, rounds: list[list[dict]], rank: int, world_size: int, size: int, timeout: float):
     """Every rank: the links of `rounds` this rank is in, then the world
     all-reduce. A failure is posted for rank 0, then raised as
@@ -179,6 +206,8 @@ def measure(store, rounds: list[list[dict]], rank: int, world_size: int, size: i
     import torch_mojo
 
     os.environ["TORCH_MOJO_BACKEND_TRACE"] = "0"  # the report names the library
+    device = vendor_library_device()
+    log = nccl_log.log_here(tempfile.mkdtemp(prefix="torch-mojo-doctor-")) if device is not None else None
     try:
         torch_mojo.register_mojo_devices()
         dist.init_process_group("mojo", store=dist.PrefixStore("pg", store), rank=rank, world_size=world_size,
@@ -189,6 +218,11 @@ def measure(store, rounds: list[list[dict]], rank: int, world_size: int, size: i
                     measure_link(store, link, rank, size)
             dist.barrier()
         result = check_all_reduce(rank, world_size, size)
+        if device is not None:
+            if not check_device_all_reduce(rank, world_size, device):
+                store.set(f"failure/{rank}", f"the all-reduce of {device} tensors was wrong on this rank")
+            logs = nccl_log.read([log]) if os.path.exists(log) else {}
+            store.set(f"network/{rank}", json.dumps([nccl_log.to_json(each) for each in logs.values()]))
         if not result["correct"]:
             store.set(f"failure/{rank}", "the all-reduce result was wrong on this rank")
         elif rank == 0:
@@ -211,3 +245,6 @@ def results(store, job: Job, rounds: list[list[dict]]):
             job.failures[rank] = store.get(f"failure/{rank}").decode()
     if store.check(["all_reduce"]):
         job.all_reduce = json.loads(store.get("all_reduce"))
+    posted = [item for rank in job.facts if store.check([f"network/{rank}"])
+              for item in json.loads(store.get(f"network/{rank}"))]
+    job.vendor_networks = nccl_log.merged(posted)

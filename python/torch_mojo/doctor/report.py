@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+from torch_mojo.doctor import nccl_log
 from torch_mojo.doctor.checks import nodes_of, rank_ranges
 from torch_mojo.bench import human
 from torch_mojo.doctor.facts import number_ranges
@@ -34,7 +35,9 @@ def summary(job: Job, world_size: int, problems: list[dict], status: int, measur
     """The report as data: what `--json` prints."""
     return {"world_size": world_size, "nodes": list(nodes_of(job)), "missing": job.missing,
             "broken": job.broken, "ranks": [job.facts[rank] for rank in sorted(job.facts)], "measured": measured,
-            "links": job.links, "all_reduce": job.all_reduce, "problems": problems, "exit_status": status}
+            "links": job.links, "all_reduce": job.all_reduce,
+            "vendor_networks": [nccl_log.summary(log, len(job.vendor_networks)) for log in job.vendor_networks.values()],
+            "problems": problems, "exit_status": status}
 
 
 def header_lines(job: Job, world_size: int) -> list[str]:
@@ -83,6 +86,9 @@ def measurement_lines(job: Job, size: int) -> list[str]:
         lines.append(f"all_reduce of {human(result['bytes'])} on every rank: "
                      f"{'correct' if result['correct'] else 'WRONG'}, {result['time_us'] / 1000:.2f} ms, "
                      f"busbw {result['busbw_gbps']:.2f} GB/s")
+    if job.vendor_networks:
+        lines += ["", "RCCL/NCCL's network, from their NCCL_DEBUG=INFO lines during a GPU all-reduce:"]
+        lines += ["  " + line for line in nccl_log.table_lines(job.vendor_networks)]
     return lines
 
 

@@ -1,8 +1,9 @@
 """The environment a rank runs with, reviewed: torch-mojo's variables (the
-table in torch_mojo.env), NCCL's (the names the NCCL or RCCL library that
+table in torch_mojo.env), NCCL's and RCCL's (the names the library that
 would be loaded reads), libfabric's (the parameters the loaded libfabric
-declares, with their types), and HPE's advice for Slingshot's `cxi`
-provider.
+declares, with their types), the network plugin RCCL/NCCL would load and
+the variables that steer it, and the settings sites publish for the node's
+network and GPUs (torch_mojo.site_settings).
 
 Each finding is (severity, message): "error" where the job would fail,
 "warning" where a setting has no effect or works against the job.
@@ -14,19 +15,11 @@ import ctypes
 import mmap
 import os
 import re
+import socket
 
-from torch_mojo import env
+from torch_mojo import env, libraries, site_settings
 
 ERROR, WARNING = "error", "warning"
-
-# HPE's settings for collective libraries on Slingshot (NCCL/RCCL with the
-# aws-ofi plugin, and any libfabric job at scale), with the reason.
-CXI_ADVICE = {
-    "FI_MR_CACHE_MONITOR": ("userfaultfd", "the default monitor can miss freed GPU memory and hang"),
-    "FI_CXI_DEFAULT_CQ_SIZE": ("131072", "a small completion queue overflows with many peers"),
-    "FI_CXI_DISABLE_HOST_REGISTER": ("1", "host memory registration can deadlock with GPU drivers"),
-    "FI_CXI_RX_MATCH_MODE": ("hybrid", "hardware matching alone fails when its list fills up"),
-}
 
 # NCCL variables whose values are a fixed set (NCCL ignores others, or
 # fails at init).
@@ -63,11 +56,12 @@ def libfabric_parameters(path: str) -> dict[str, int]:
     return found
 
 
-def nccl_names(path: str) -> set[str]:
-    """The NCCL_* names the NCCL (or RCCL) library at `path` reads: NCCL
-    builds each variable's name as one string literal."""
+def names_in_library(path: str, prefix: str = "NCCL_") -> set[str]:
+    """The `prefix`* variable names the library at `path` reads (NCCL, RCCL
+    and their plugins keep each name as one string literal)."""
+    pattern = rb"\x00(" + re.escape(prefix.encode()) + rb"[A-Z0-9_]{2,})(?=\x00)"  # NULs shared by neighbours
     with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as contents:
-        return {name.decode() for name in re.findall(rb"\x00(NCCL_[A-Z0-9_]{2,})\x00", contents)}
+        return {name.decode() for name in re.findall(pattern, contents)}
 
 
 def _unknown(name: str, known, what: str) -> tuple[str, str]:
@@ -83,11 +77,12 @@ def review_ours(environ) -> list[tuple[str, str]]:
 def review_nccl(environ, library: str | None) -> list[tuple[str, str]]:
     """NCCL_* variables against the library that would read them (None: no
     NCCL or RCCL library is found, so nothing reads them)."""
-    names = sorted(name for name in environ if name.startswith("NCCL_"))
+    names = sorted(name for name in environ if name.startswith("NCCL_") or
+                   (name.startswith("RCCL_") and library and "rccl" in os.path.basename(library)))
     if not names or library is None:
         return []
     try:
-        known = nccl_names(library)
+        known = names_in_library(library) | (names_in_library(library, "RCCL_") if "rccl" in library else set())
     except (OSError, ValueError) as error:
         return [(WARNING, f"the NCCL_* variables cannot be checked: {library} cannot be read ({error})")]
     findings = []
@@ -99,9 +94,8 @@ def review_nccl(environ, library: str | None) -> list[tuple[str, str]]:
     return findings
 
 
-def review_libfabric(environ, parameters: dict[str, int], slingshot: bool) -> list[tuple[str, str]]:
-    """FI_* variables against the loaded libfabric's parameters, and HPE's
-    advice where collectives cross Slingshot (`slingshot`)."""
+def review_libfabric(environ, parameters: dict[str, int]) -> list[tuple[str, str]]:
+    """FI_* variables against the loaded libfabric's parameters."""
     findings = []
     # Without the loaded libfabric's parameters there is nothing to judge by.
     for name in sorted(name for name in environ if name.startswith("FI_") and parameters):
@@ -117,12 +111,84 @@ def review_libfabric(environ, parameters: dict[str, int], slingshot: bool) -> li
             findings.append((ERROR, f"{name}={value} is not a boolean (0/1, true/false, yes/no, on/off)"))
         elif kind in (_INT, _SIZE_T) and not re.fullmatch(r"-?\d+" if kind == _INT else r"\d+", value):
             findings.append((ERROR, f"{name}={value} is not {'an integer' if kind == _INT else 'a size in bytes'}"))
-    if slingshot:
-        for name, (value, reason) in CXI_ADVICE.items():
-            if environ.get(name) != value:
-                now = f"is {environ[name]}" if name in environ else "is unset"
-                findings.append((WARNING, f"{name} {now}: HPE recommends {name}={value} on Slingshot ({reason})"))
     return findings
+
+
+def review_site_settings(environ, network: str, gpu: str) -> list[tuple[str, str]]:
+    """The settings sites publish for this node's network and GPUs that
+    the environment lacks or sets otherwise."""
+    from torch_mojo.doctor.facts import SHARED_FILESYSTEMS, filesystem_of
+
+    findings = []
+    title = site_settings.machine_title(network, gpu)
+    for setting in site_settings.for_machine(network, gpu):
+        value = environ.get(setting.name)
+        if not setting.doctor_checks or (value is not None and setting.accepts(value)):
+            if setting.node_local and value and filesystem_of(value) in SHARED_FILESYSTEMS:
+                findings.append((WARNING, f"{setting.name}={value} is on a shared {filesystem_of(value)} "
+                                 f"filesystem: put it on node-local disk ({setting.reason})"))
+            continue
+        now = f"is {value}" if value is not None else "is unset"
+        findings.append((WARNING, f"{setting.name} {now}: {setting.source} recommends {setting.name}="
+                         f"{setting.value} for {title} ({setting.reason}); `torch-mojo modulefile --network "
+                         f"{network} --gpu {gpu}` sets it"))
+    return findings
+
+
+# The networks NCCL and RCCL have built in; any other name NCCL_NET gives
+# is a plugin's.
+BUILT_IN_NETWORKS = ("IB", "Socket")
+
+
+def review_net_plugin(environ, kind: str | None) -> list[tuple[str, str]]:
+    """The plugin RCCL or NCCL (`kind`; None: no GPU library here, either)
+    would load, against NCCL_NET and NCCL_NET_PLUGIN."""
+    forced, named = environ.get("NCCL_NET"), environ.get("NCCL_NET_PLUGIN")
+    if kind is None and not (forced or named):
+        return []
+    lookups = [libraries.find_net_plugin(each, environ) for each in ([kind] if kind else ["rccl", "nccl"])]
+    found = next((lookup for lookup in lookups if lookup.path), None)
+    looked_for = " or ".join(lookup.library for lookup in lookups)
+    findings = []
+    if named and named != "none" and found is None:
+        findings.append((ERROR, f"NCCL_NET_PLUGIN={named} names a plugin that is not found ({looked_for} on the "
+                         "library path): RCCL/NCCL then use sockets between nodes, or fail at init where NCCL_NET "
+                         "is set; put the plugin's lib directory on LD_LIBRARY_PATH, or unset NCCL_NET_PLUGIN"))
+    elif forced and forced not in BUILT_IN_NETWORKS and found is None:
+        findings.append((ERROR, f"NCCL_NET={forced} asks for a plugin's network and no plugin is found "
+                         f"({looked_for} on the library path): RCCL/NCCL fail at init; load the plugin's module "
+                         "(aws-ofi-rccl, aws-ofi-nccl) or put its lib directory on LD_LIBRARY_PATH"))
+    elif forced and named and named != "none":
+        findings.append((WARNING, f"NCCL_NET={forced} and NCCL_NET_PLUGIN={named} are both set: set one (CSCS: "
+                         "NCCL_NET alone selects the plugin's network)"))
+    plugin_names = sorted(name for name in environ if name.startswith("OFI_NCCL_"))
+    if found and plugin_names:
+        known = names_in_library(found.path, "OFI_NCCL_")
+        findings += [_unknown(name, known, f"a variable {os.path.basename(found.path)} reads")
+                     for name in plugin_names if known and name not in known]
+    return findings
+
+
+def interface_matches(pattern: str, names: list[str]) -> list[str]:
+    """The interfaces NCCL_SOCKET_IFNAME picks, as NCCL reads it: a comma-
+    separated list of prefixes, `=` for exact names, a leading `^` for
+    the ones to leave out."""
+    exclude = pattern.startswith("^")
+    exact = pattern.lstrip("^").startswith("=")
+    entries = [entry for entry in pattern.lstrip("^").lstrip("=").split(",") if entry]
+    chosen = [name for name in names if any(name == entry if exact else name.startswith(entry) for entry in entries)]
+    return [name for name in names if name not in chosen] if exclude else chosen
+
+
+def review_socket_interface(environ) -> list[tuple[str, str]]:
+    pattern = environ.get("NCCL_SOCKET_IFNAME")
+    if not pattern:
+        return []
+    names = [name for _, name in socket.if_nameindex()]
+    if interface_matches(pattern, names):
+        return []
+    return [(ERROR, f"NCCL_SOCKET_IFNAME={pattern} matches none of this node's interfaces ({', '.join(names)}): "
+             "RCCL/NCCL fail at init (\"no socket interface found\"); name one of them")]
 
 
 def _declared_prefix(name: str, parameters) -> bool:

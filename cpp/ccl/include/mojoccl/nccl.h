@@ -161,6 +161,12 @@ ncclResult_t mojocclWireSendRecv(const void* sendbuff, int to, void* recvbuff, i
  * torch.distributed.shrink_group. */
 ncclResult_t mojocclCommFailedRanks(ncclComm_t comm, int* ranks, int* count);
 
+/* libmojoccl's own: the shape of `comm`: how many nodes its ranks are on,
+ * how many of them share this rank's node, and this rank's place among
+ * those (0 for the node's leader). What NCCL logs at init as nNodes,
+ * localRanks and localRank. */
+ncclResult_t mojocclCommNodes(ncclComm_t comm, int* nodes, int* localRanks, int* localRank);
+
 /* libmojoccl's own: the cost model of the all-reduce between nodes (one
  * leader each) for `bytes` past the size that travels in one message:
  * the algorithm named by `algorithm` ("ring", "recursive_doubling", "rabenseifner", "tree"), or,

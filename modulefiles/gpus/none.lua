@@ -1,0 +1,2 @@
+-- Within nodes: CPU tensors over shared memory.
+local gpu_help = ""

@@ -1,0 +1,187 @@
+"""`torch-mojo doctor --nccl-log FILE...`: which network RCCL or NCCL used
+between nodes, read from their NCCL_DEBUG=INFO output (one file per rank
+with NCCL_DEBUG_FILE, or a job's combined output).
+
+NCCL and RCCL print every line as `host:pid:tid [device] NCCL INFO ...`.
+The lines read here (NCCL_DEBUG_SUBSYS=INIT,NET prints them all):
+
+    NET/Plugin: Could not find: libnccl-net.so            no plugin (NCCL)
+    NET/Plugin : No plugin found (librccl-net.so), ...    no plugin (RCCL)
+    NET/Plugin: Loaded net plugin AWS Libfabric (v9)      a plugin
+    NET/OFI Selected Provider is cxi (found 4 nics)       the plugin's libfabric provider
+    NET/IB : Using [0]mlx5_0:1/IB ...                     NCCL's InfiniBand transport
+    Using network Socket | IB | AWS Libfabric             the network chosen
+    comm 0x... rank 0 nRanks 8 nNodes 2 localRanks 4 ...  the communicator's span
+    Channel 00/0 : 0[0] -> 4[0] [send] via NET/IB/0/GDRDMA   traffic between nodes
+
+A socket network between nodes is an error (the plugin did not load);
+a network without GPU-direct RDMA between nodes, or a plugin on a socket
+provider, a warning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from dataclasses import dataclass, field
+
+from torch_mojo.doctor.variables import ERROR, WARNING
+from torch_mojo.site_settings import PLUGIN_NETWORK
+
+LINE = re.compile(r"^(?P<host>[^\s:]+):(?P<pid>\d+):\d+ \[[^\]]*\] NCCL INFO (?P<message>.*)$")
+NO_PLUGIN = re.compile(r"NET/Plugin ?: (?:Could not find: ?(?P<nccl>.+?)\.?(?: Using .*)?$|"
+                       r"No plugin found \((?P<rccl>[^)]+)\))")
+PLUGIN_LOADED = re.compile(r"NET/Plugin ?: Loaded net plugin (?P<name>.+?) \(v\d+\)")
+PROVIDER = re.compile(r"NET/OFI Selected [Pp]rovider is (?P<provider>[\w;]+)")
+NETWORK = re.compile(r"^Using network (?P<network>.+?)\s*$")
+SPAN = re.compile(r"\brank (?P<rank>\d+) nRanks (?P<ranks>\d+) nNodes (?P<nodes>\d+)")
+CHANNEL = re.compile(r"\bvia NET/(?P<network>[^/]+)/\d+(?P<gdr>/GDRDMA)?")
+SOCKET_PROVIDERS = ("tcp", "sockets", "udp", "net")
+
+
+@dataclass
+class HostLog:
+    """What one host's lines say (every process of the host together)."""
+
+    host: str
+    processes: set[str] = field(default_factory=set)
+    networks: set[str] = field(default_factory=set)
+    missing_plugin: str | None = None  # the plugin file NCCL/RCCL looked for and did not find
+    plugin: str | None = None
+    providers: set[str] = field(default_factory=set)
+    nodes: int = 0  # the largest communicator's span, 0 when no line gave it
+    between_nodes: dict[str, bool] = field(default_factory=dict)  # network: every channel had GPU-direct RDMA
+
+
+def log_here(directory: str) -> str:
+    """Makes this process's RCCL/NCCL log its network choice (INFO lines
+    of INIT and NET) to a file of its own in `directory`; returns the
+    file's name. Before the library first initialises."""
+    os.environ.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET",
+                      NCCL_DEBUG_FILE=os.path.join(directory, "nccl.%h.%p"))
+    return os.path.join(directory, f"nccl.{os.uname().nodename}.{os.getpid()}")
+
+
+def to_json(log: HostLog) -> dict:
+    return {name: sorted(value) if isinstance(value, set) else value
+            for name, value in dataclasses.asdict(log).items()}
+
+
+def merged(posted: list[dict]) -> dict[str, HostLog]:
+    """Host logs posted by ranks (to_json's form), one per host."""
+    hosts: dict[str, HostLog] = {}
+    for item in posted:
+        log = hosts.setdefault(item["host"], HostLog(item["host"]))
+        for name in ("processes", "networks", "providers"):
+            getattr(log, name).update(item[name])
+        log.missing_plugin = log.missing_plugin or item["missing_plugin"]
+        log.plugin = log.plugin or item["plugin"]
+        log.nodes = max(log.nodes, item["nodes"])
+        for network, direct in item["between_nodes"].items():
+            log.between_nodes[network] = log.between_nodes.get(network, True) and direct
+    return hosts
+
+
+def read(paths: list[str]) -> dict[str, HostLog]:
+    """{host: what its lines say}, from every file."""
+    hosts: dict[str, HostLog] = {}
+    for path in paths:
+        with open(path, errors="replace") as file:
+            for line in file:
+                match = LINE.match(line.strip())
+                if match:
+                    log = hosts.setdefault(match["host"], HostLog(match["host"]))
+                    log.processes.add(match["pid"])
+                    note(log, match["message"])
+    return hosts
+
+
+def note(log: HostLog, message: str) -> None:
+    if found := NO_PLUGIN.search(message):
+        log.missing_plugin = found["nccl"] or found["rccl"]
+    elif found := PLUGIN_LOADED.search(message):
+        log.plugin = found["name"]
+    elif found := PROVIDER.search(message):
+        log.providers.add(found["provider"])
+    elif found := NETWORK.match(message):
+        log.networks.add(found["network"])
+    elif found := SPAN.search(message):
+        log.nodes = max(log.nodes, int(found["nodes"]))
+    elif found := CHANNEL.search(message):
+        network = found["network"]
+        log.between_nodes[network] = log.between_nodes.get(network, True) and bool(found["gdr"])
+
+
+def spans_nodes(log: HostLog, hosts: int) -> bool:
+    """Whether the host's communicators reach other nodes: their span, or
+    traffic over the network, or other hosts in the same logs."""
+    return log.nodes > 1 or bool(log.between_nodes) or (log.nodes == 0 and hosts > 1)
+
+
+def problems(hosts: dict[str, HostLog]) -> list[tuple[str, str]]:
+    """(severity, message) for the hosts' networks, one per finding, naming
+    every host it was found on."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for log in sorted(hosts.values(), key=lambda log: log.host):
+        for severity, message in host_problems(log, len(hosts)):
+            found.setdefault((severity, message), []).append(log.host)
+    return [(severity, f"{', '.join(names)}: {message}") for (severity, message), names in found.items()]
+
+
+def host_problems(log: HostLog, hosts: int) -> list[tuple[str, str]]:
+    """What one host's lines show; `hosts`: how many hosts the logs hold."""
+    if not log.networks and not log.between_nodes:
+        return [(ERROR, "no line says which network NCCL/RCCL chose: run the job with NCCL_DEBUG=INFO "
+                 "NCCL_DEBUG_SUBSYS=INIT,NET (and NCCL_DEBUG_FILE=<dir>/nccl.%h.%p for a file per rank)")]
+    if not spans_nodes(log, hosts):
+        return []
+    if "Socket" in log.networks | set(log.between_nodes):
+        looked = f"; it looked for {log.missing_plugin} and did not find it" if log.missing_plugin else ""
+        return [(ERROR, f"NCCL/RCCL used sockets between nodes (\"Using network Socket\"{looked}): the job runs "
+                 "many times slower than it should. Load the libfabric plugin's module (aws-ofi-rccl for ROCm 6, "
+                 "aws-ofi-nccl for ROCm 7 and NVIDIA on Slingshot) or put its lib directory on LD_LIBRARY_PATH, "
+                 f"and set NCCL_NET=\"{PLUGIN_NETWORK}\" so that a missing plugin fails at init instead of "
+                 "crawling; on InfiniBand, check that NCCL_IB_DISABLE is unset and NCCL_IB_HCA names the HCAs")]
+    found = []
+    socket_providers = sorted(provider for provider in log.providers if provider.split(";")[0] in SOCKET_PROVIDERS)
+    if socket_providers:
+        found.append((WARNING, f"the libfabric plugin runs over {', '.join(socket_providers)}, a socket provider: "
+                      "on Slingshot set FI_PROVIDER=cxi (or unset a FI_PROVIDER that names another)"))
+    for network, direct in sorted(log.between_nodes.items()):
+        if not direct:
+            found.append((WARNING, f"{network} carries data between nodes without GPU-direct RDMA (no GDRDMA on "
+                          "its channels): it is staged through host memory. Check that the GPU's peer-memory "
+                          "driver is loaded (nvidia-peermem, or amdgpu's), and NCCL_NET_GDR_LEVEL (PHB on "
+                          "Slingshot)"))
+    return found
+
+
+def summary(log: HostLog, hosts: int) -> dict:
+    networks = sorted(log.networks | set(log.between_nodes))
+    return {
+        "host": log.host, "processes": len(log.processes), "networks": networks,
+        "plugin": log.plugin, "providers": sorted(log.providers),
+        "nodes": log.nodes or (hosts if spans_nodes(log, hosts) else 1),
+        "gpu_direct": {network: direct for network, direct in sorted(log.between_nodes.items())},
+    }
+
+
+def report_lines(hosts: dict[str, HostLog], found: list[tuple[str, str]]) -> list[str]:
+    lines = [*table_lines(hosts), "", *(f"{severity}: {message}" for severity, message in found)]
+    errors = sum(severity == ERROR for severity, _ in found)
+    lines.append(f"{errors} error{'s' * (errors != 1)}, {len(found) - errors} "
+                 f"warning{'s' * (len(found) - errors != 1)}")
+    return lines
+
+
+def table_lines(hosts: dict[str, HostLog]) -> list[str]:
+    rows = [("host", "processes", "nodes", "network", "provider", "GPU-direct between nodes")]
+    for log in sorted(hosts.values(), key=lambda log: log.host):
+        facts = summary(log, len(hosts))
+        direct = ", ".join(f"{network}: {'yes' if on else 'no'}" for network, on in facts["gpu_direct"].items())
+        rows.append((facts["host"], str(facts["processes"]), str(facts["nodes"]),
+                     ", ".join(facts["networks"]) or "?", ", ".join(facts["providers"]) or "-", direct or "-"))
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+
