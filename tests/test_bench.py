@@ -95,3 +95,14 @@ def test_model_chooses_the_algorithm_it_predicts_faster(tmp_path):
                               capture_output=True, text=True, timeout=60, cwd=ROOT,
                               env={**os.environ, "MOJOCCL_NET_ALGO": "ring"})
     assert {line.split()[7] for line in table_rows(env_ring.stdout)} == {"ring"}, env_ring.stdout + env_ring.stderr
+
+
+def test_a_torch_without_gloo_is_told_why_the_bench_cannot_run():
+    """Spack's py-torch+rocm has no gloo (builtin forbids +gloo+rocm)."""
+    script = ("import sys, torch.distributed as dist; dist.is_gloo_available = lambda: False\n"
+              "from torch_mojo import bench; bench.main(sys.argv[1:])")
+    result = subprocess.run([sys.executable, "-c", script, "--sizes", "4K"], capture_output=True, text=True,
+                            timeout=120, env={**os.environ, "RANK": "0", "WORLD_SIZE": "1",
+                                              "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"})
+    assert result.returncode != 0
+    assert "this torch was built without gloo (Spack's py-torch+rocm is)" in result.stderr

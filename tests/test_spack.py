@@ -23,7 +23,7 @@ import yaml
 
 from tests import spack_site
 from tests.harness import ROOT
-from torch_mojo import env, modulefile
+from torch_mojo import env, site_settings
 from torch_mojo.libraries import on_library_path
 
 REPO = ROOT / "spack" / "repos" / "spack_repo" / "torch_mojo"
@@ -156,19 +156,27 @@ def test_the_variables_it_sets_exist():
 
 
 def test_the_modulefile_it_writes_uses_real_options(tmp_path):
+    """The install runs `torch-mojo modulefile` with the network and GPU
+    vendor of the spec (names site_settings knows) and the plugin's lib."""
     source = PACKAGE.read_text()
-    sites = re.findall(r'return "([a-z0-9-]+)"', source.split("def modulefile_site")[1])
-    assert set(sites) <= set(modulefile.sites()) and "generic" in sites
-    for option in ("--site", "--output", "--prepend-path="):
+    returned = set(re.findall(r'return "([a-z]+)"', source.split("def network")[1].split("def net_plugin")[0]))
+    returned |= set(re.findall(r'"(amd|nvidia|none)"', source.split("def gpu_vendor")[1].split("def ")[0]))
+    assert returned == set(site_settings.NETWORKS) | set(site_settings.GPUS)
+    for option in ("--network", "--gpu", "--net-plugin", "--output", "--prepend-path="):
         assert f'"{option}' in source
-    # The command the install runs, with a dependency's paths.
-    result = subprocess.run([sys.executable, "-m", "torch_mojo.cli", "modulefile", "--site", sites[0],
-                             "--output", str(tmp_path), "--prepend-path=PATH=/spack/opt/python/bin",
+    # The command the install runs, with a dependency's paths and a plugin.
+    plugin = tmp_path / "aws-ofi-nccl" / "lib"
+    plugin.mkdir(parents=True)
+    (plugin / "librccl-net.so").write_bytes(b"")
+    result = subprocess.run([sys.executable, "-m", "torch_mojo.cli", "modulefile", "--network", "slingshot",
+                             "--gpu", "amd", "--net-plugin", str(plugin), "--output", str(tmp_path),
+                             "--prepend-path=PATH=/spack/opt/python/bin",
                              "--prepend-path=PYTHONPATH=/spack/opt/py-torch/lib/python3.11/site-packages"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     text = next(tmp_path.glob("torch-mojo/*.lua")).read_text()
     assert 'prepend_path("PYTHONPATH", "/spack/opt/py-torch/lib/python3.11/site-packages")' in text
+    assert f'prepend_path("LD_LIBRARY_PATH", "{plugin}")' in text and 'pushenv("NCCL_NET", "AWS Libfabric")' in text
 
 
 def test_the_versions_it_pins_are_pyprojects():
@@ -238,12 +246,31 @@ def test_spack_info_names_the_source(site):
     assert "Preferred version:  \n    2.13.0" in torch
 
 
+def on_rocm_6(copy: Path) -> Path:
+    """The MI300A environment on ROCm 6.4.3, whose RCCL plugin is
+    aws-ofi-rccl (a site that has not moved to ROCm 7)."""
+    data = yaml.safe_load((copy / "spack.yaml").read_text())
+    packages = data["spack"]["packages"]
+    for settings in packages.values():
+        for external in settings.get("externals", []):
+            external["spec"] = external["spec"].replace("@7.1.1", "@6.4.3")
+            external["prefix"] = external["prefix"].replace("rocm-7.1.1", "rocm-6.4.3")
+    del packages["aws-ofi-nccl"]
+    packages["aws-ofi-rccl"] = {"buildable": False, "externals": [{"spec": "aws-ofi-rccl@cxi",
+                                                                   "prefix": "/sw/aws-ofi-rccl/cxi"}]}
+    spack_site.write_yaml(copy / "spack.yaml", data)
+    return copy
+
+
 @pytest.fixture(scope="module")
 def concretized(site, tmp_path_factory):
-    """Both site environments, concretized at once (about two minutes of
-    one core each), as copies that point at this checkout."""
+    """Both site environments, and the MI300A one on ROCm 6, concretized
+    two at a time (about two minutes of one core each), as copies that
+    point at this checkout."""
     copies = {path.parent.name: spack_site.copy_environment(path, tmp_path_factory.mktemp(path.parent.name))
               for path in ENVIRONMENTS}
+    copies["mi300a-slingshot-rocm6"] = on_rocm_6(spack_site.copy_environment(
+        ROOT / "spack" / "environments" / "mi300a-slingshot" / "spack.yaml", tmp_path_factory.mktemp("rocm6")))
     results = site.run_all({name: (("-e", copy, "concretize", "--fresh"), {}) for name, copy in copies.items()})
     return {name: (results[name], copy) for name, copy in copies.items()}
 
@@ -254,13 +281,30 @@ def test_the_mi300a_environment_concretizes(concretized):
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     lock = spack_site.Lock(copy)
     assert lock.variant("py-torch-mojo", "rocm") and lock.variant("py-torch-mojo", "amdgpu_target") == ["gfx942"]
-    # The CPU build of torch (RCCL brings the only HIP runtime), RCCL for
-    # the same GPU, MAX for the GPU kernel, the compiler that targets zen4.
-    assert not lock.variant("py-torch", "rocm") and not lock.variant("py-torch", "cuda")
-    assert lock.variant("rccl", "amdgpu_target") == ["gfx942"] and lock.node("rccl")["external"]
+    # ROCm's torch for the same GPU, on the site's one HIP and RCCL (one
+    # node each, both the site's, shared by torch and torch-mojo).
+    assert lock.variant("py-torch", "rocm") and lock.variant("py-torch", "amdgpu_target") == ["gfx942"]
+    assert not lock.variant("py-torch-mojo", "cpu_torch") and not lock.variant("py-torch", "cuda")
+    for shared in ("hip", "rccl"):
+        assert lock.node(shared)["external"] and shared in lock.dependencies("py-torch") & lock.dependencies(
+            "py-torch-mojo")
+    assert lock.variant("rccl", "amdgpu_target") == ["gfx942"] and lock.node("hip")["version"] == "7.1.1"
+    # RCCL's libfabric plugin for ROCm 7 on Slingshot: aws-ofi-nccl built for ROCm.
+    assert "aws-ofi-nccl" in lock.dependencies("py-torch-mojo") and lock.node("aws-ofi-nccl")["external"]
+    assert lock.variant("aws-ofi-nccl", "rocm") and not lock.variant("aws-ofi-nccl", "cuda")
     assert lock.variant("py-mojo-compiler", "max")
     assert lock.target("py-torch-mojo") == "zen4" and lock.node("gcc")["version"] == "13.2.0"
-    assert {"libfabric", "rccl", "hip", "py-torch", "py-mojo-compiler"} <= lock.dependencies("py-torch-mojo")
+    assert {"libfabric", "py-torch", "py-mojo-compiler"} <= lock.dependencies("py-torch-mojo")
+
+
+@with_spack
+def test_on_rocm_6_the_plugin_is_aws_ofi_rccl(concretized):
+    result, copy = concretized["mi300a-slingshot-rocm6"]
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    lock = spack_site.Lock(copy)
+    assert lock.node("hip")["version"] == "6.4.3" and lock.variant("py-torch", "rocm")
+    assert "aws-ofi-rccl" in lock.dependencies("py-torch-mojo") and lock.node("aws-ofi-rccl")["external"]
+    assert not [node for node in lock.nodes.values() if node["name"] == "aws-ofi-nccl"]
 
 
 @with_spack

@@ -308,6 +308,10 @@ def main(argv=None):
 
     import torch_mojo
 
+    if not dist.is_gloo_available():
+        raise SystemExit("torch-mojo bench: this torch was built without gloo (Spack's py-torch+rocm is), which the "
+                         "bench compares with and meets its ranks through: run it with a torch that has gloo, or "
+                         "`torch-mojo doctor` for the links' latency and bandwidth")
     torch.set_num_threads(1)
     os.environ.setdefault("TORCH_MOJO_BACKEND_TRACE", "0")
     torch_mojo.register_mojo_devices()

@@ -45,6 +45,14 @@ class PyTorchMojo(PythonPackage, CudaPackage, ROCmPackage):
     conflicts("ccl=mojo", when="~cuda~rocm",
               msg="ccl=mojo makes libmojoccl the library for GPU tensors, which needs its GPU kernel: "
               "add +cuda cuda_arch=... or +rocm amdgpu_target=...")
+    # The Mojo compiler's wheels are manylinux_2_34 x86_64 builds: it does
+    # not run on an older glibc (RHEL 8, SLES 15), though what it compiles
+    # (libtorch_mojo_kernels.so, GPU kernel images) needs no glibc at all.
+    conflicts("^glibc@:2.33",
+              msg="the Mojo compiler that builds torch-mojo's kernels needs glibc 2.34 or newer (RHEL 9, "
+              "Ubuntu 22.04, Debian 12): build in a container (containers/), or compile the kernels on such a "
+              "machine and pass them with pip (TORCH_MOJO_KERNELS_LIBRARY, TORCH_MOJO_GPU_KERNELS_DIR; "
+              "docs/install.md)")
     conflicts("cuda_arch=none", when="+cuda",
               msg="name the GPUs the kernel is compiled for: cuda_arch=90 (H100/H200), 80 (A100), ...")
     # The GPU kernel is compiled with Mojo, which knows these architectures.
@@ -76,12 +84,17 @@ class PyTorchMojo(PythonPackage, CudaPackage, ROCmPackage):
     # The C++ core is compiled against torch's C++ API: it runs only with
     # the torch it was built against.
     depends_on("py-torch@2.13+distributed", type=("build", "link", "run"))
-    # On AMD, the CPU build of torch: a ROCm build of torch would load a
-    # second HIP runtime next to the one RCCL uses.
-    depends_on("py-torch~rocm~cuda", when="+rocm")
-    # On NVIDIA, a CUDA build of torch for the same GPUs.
+    # On GPU nodes, torch built for the same GPUs: with the hip and rccl (or
+    # cuda and nccl) nodes of this build, so one HIP runtime serves torch
+    # and RCCL. +cpu_torch takes torch's CPU build instead, where a user
+    # asks for it (the GPUs then reached only through MAX's mojo device).
+    variant("cpu_torch", default=False, when="+rocm", description="the CPU build of torch on AMD GPU nodes")
+    variant("cpu_torch", default=False, when="+cuda", description="the CPU build of torch on NVIDIA GPU nodes")
+    depends_on("py-torch~rocm~cuda", when="+cpu_torch")
+    for target in ROCmPackage.amdgpu_targets:
+        depends_on(f"py-torch+rocm amdgpu_target={target}", when=f"+rocm amdgpu_target={target} ~cpu_torch")
     for arch in CudaPackage.cuda_arch_values:
-        depends_on(f"py-torch+cuda cuda_arch={arch}", when=f"+cuda cuda_arch={arch}")
+        depends_on(f"py-torch+cuda cuda_arch={arch}", when=f"+cuda cuda_arch={arch} ~cpu_torch")
 
     # libfabric's headers build the node-to-node transport, which loads the
     # library at run time; +libfabric also records the site's for that.
@@ -93,6 +106,14 @@ class PyTorchMojo(PythonPackage, CudaPackage, ROCmPackage):
             depends_on(f"rccl amdgpu_target={target}", when=f"+rocm amdgpu_target={target}")
         for arch in CudaPackage.cuda_arch_values:
             depends_on(f"nccl cuda_arch={arch}", when=f"+cuda cuda_arch={arch}")
+        # On Slingshot RCCL and NCCL reach the NICs only through libfabric's
+        # net plugin: without it they use sockets between nodes, silently
+        # and many times slower. ROCm 6 has aws-ofi-rccl; ROCm 7 and NVIDIA
+        # GPUs aws-ofi-nccl, built for their GPUs (LLNL, OLCF, CSCS).
+        with when("^libfabric fabrics=cxi"):
+            depends_on("aws-ofi-rccl", type="run", when="+rocm ^hip@:6")
+            depends_on("aws-ofi-nccl@1.18: +rocm ~cuda", type="run", when="+rocm ^hip@7:")
+            depends_on("aws-ofi-nccl +cuda ~rocm", type="run", when="+cuda")
 
     def config_settings(self, spec, prefix):
         """CMake options, through scikit-build-core: the site's libraries are
@@ -126,17 +147,24 @@ class PyTorchMojo(PythonPackage, CudaPackage, ROCmPackage):
         raise InstallError(f"{dependency} has no {soname} in {self.spec[dependency].libs.directories}")
 
     def setup_run_environment(self, env):
-        if self.spec.satisfies("^libfabric fabrics=cxi"):
-            env.set("MOJOCCL_FABRIC_PROVIDER", "cxi")
+        # For Spack's own modules: libmojoccl's provider between nodes. The
+        # modulefile the install writes sets every published setting.
+        provider = {"slingshot": "cxi", "infiniband": "verbs"}.get(self.network())
+        if provider:
+            env.set("MOJOCCL_FABRIC_PROVIDER", provider)
 
     @run_after("install")
     def write_modulefile(self):
         """An Lmod modulefile, torch-mojo/<version>.lua under
-        <prefix>/share/modulefiles, that also puts the run dependencies
-        (python, torch, ...) on the paths, for sites that do not use Spack's
-        own module generation."""
-        arguments = ["-m", "torch_mojo.cli", "modulefile", "--site", self.modulefile_site(),
+        <prefix>/share/modulefiles, with the settings sites publish for the
+        network and GPUs of this build, RCCL/NCCL's libfabric plugin, and
+        the run dependencies (python, torch, ...) on the paths, for sites
+        that do not use Spack's own module generation."""
+        arguments = ["-m", "torch_mojo.cli", "modulefile", "--network", self.network(), "--gpu", self.gpu_vendor(),
                      "--output", join_path(self.prefix, "share", "modulefiles")]
+        plugin = self.net_plugin()
+        if plugin:
+            arguments += ["--net-plugin", self.spec[plugin].prefix.lib]
         platlib = self.spec["python"].package.platlib
         for dependency in self.spec.traverse(deptype="run", root=False):
             paths = {"PATH": dependency.prefix.bin, "PYTHONPATH": join_path(dependency.prefix, platlib)}
@@ -145,10 +173,16 @@ class PyTorchMojo(PythonPackage, CudaPackage, ROCmPackage):
         own_first = os.pathsep.join(filter(None, [join_path(self.prefix, platlib), os.environ.get("PYTHONPATH")]))
         python(*arguments, extra_env={"PYTHONPATH": own_first})
 
-    def modulefile_site(self):
-        # gfx942: the MI300 series, MI300A among them.
-        if self.spec.satisfies("+rocm amdgpu_target=gfx942"):
-            return "mi300a-slingshot"
-        if self.spec.satisfies("+cuda cuda_arch=90"):
-            return "h100-infiniband"
-        return "generic"
+    def network(self):
+        """The network between nodes, as libfabric's fabrics tell it."""
+        if self.spec.satisfies("^libfabric fabrics=cxi"):
+            return "slingshot"
+        if self.spec.satisfies("^libfabric fabrics=verbs"):
+            return "infiniband"
+        return "ethernet"
+
+    def gpu_vendor(self):
+        return "amd" if self.spec.satisfies("+rocm") else "nvidia" if self.spec.satisfies("+cuda") else "none"
+
+    def net_plugin(self):
+        return next((name for name in ("aws-ofi-rccl", "aws-ofi-nccl") if self.spec.satisfies(f"^{name}")), None)
