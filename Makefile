@@ -5,6 +5,7 @@
 #   make package-check the Spack install, both site environments concretized,
 #                      the conda recipe's build script (slow; what CI runs after `make test`)
 #   make scale-check   the conformance matrix across 8 simulated nodes (slow; what CI runs after `make test`)
+#   make slurm-check   jobs under a real Slurm started on this machine (slow; what CI runs after `make test`)
 #   make pytorch-suite PyTorch's own distributed tests on mojo (slow; a subset is in `make test`)
 # A second run reuses the environment and the build.
 
@@ -13,7 +14,7 @@ BIN := $(VENV)/bin
 NPROC ?= 2
 SOURCES := $(shell find cpp kernels modulefiles cmake -type f) CMakeLists.txt pyproject.toml
 
-.PHONY: demo test spack-check package-check scale-check pytorch-suite build setup clean
+.PHONY: demo test spack-check package-check scale-check slurm-check pytorch-suite build setup clean
 
 demo: build
 	$(BIN)/torchrun --standalone --nproc-per-node=$(NPROC) examples/train_ddp.py
@@ -34,6 +35,14 @@ package-check: build
 # two minutes; 2 and 4 nodes are in `make test`).
 scale-check: build
 	$(BIN)/python -m pytest tests -m scale
+
+# Under a real Slurm (Debian's slurm-wlm and munge, installed as root where
+# missing; tests/slurm_site.py starts slurmctld and two slurmd): srun with
+# each --mpi plugin, uneven nodes, two steps at once, the doctor, the sbatch
+# example (about five minutes).
+slurm-check: build
+	scripts/apt-install.sh slurm-wlm munge
+	$(BIN)/python -m pytest tests -m slurm
 
 # PyTorch's DistributedTest at 2 and 3 ranks on mojo (about 24 and 38 minutes).
 pytorch-suite: build

@@ -12,20 +12,7 @@ PYTHON=${PYTHON:-python3}
 # Lmod for the modulefile tests; libfabric for the node-to-node transport.
 APT_PACKAGES=(g++ make cmake nlohmann-json3-dev openmpi-bin libopenmpi-dev lmod libfabric-dev libfabric-bin)
 
-missing=()
-for package in "${APT_PACKAGES[@]}"; do
-  dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
-done
-if ((${#missing[@]})); then
-  if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
-    echo "installing system packages: ${missing[*]}"
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-  else
-    echo "missing system packages: ${missing[*]} (install them, or run this as root)" >&2
-    exit 1
-  fi
-fi
+scripts/apt-install.sh "${APT_PACKAGES[@]}"
 
 if [[ ! -x $VENV/bin/python ]]; then
   "$PYTHON" -m venv "$VENV"

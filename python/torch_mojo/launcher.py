@@ -10,10 +10,18 @@ unchanged:
 - ranks: SLURM_PROCID / SLURM_LOCALID / SLURM_STEP_NUM_TASKS (a task of
   srun), OMPI_COMM_WORLD_RANK / _LOCAL_RANK / _SIZE (Open MPI), PMI_RANK /
   PMI_SIZE with MPI_LOCALRANKID (MPICH's Hydra, Cray PMI);
-- the rendezvous address: rank 0's host and a free port, broadcast with
-  mpi4py where MPI launched the job (mpirun, or srun --mpi=pmix); under a
-  plain srun, the first host of the job's node list and a port derived from
-  the job id.
+- the rendezvous address: under srun (whatever its --mpi), the first host
+  of the step's node list and a port derived from the job and step ids,
+  so that two steps of one job differ; where mpirun or mpiexec launched
+  the job, rank 0's host and a free port, broadcast with mpi4py. MPI is
+  imported only there: an MPI built without Slurm's PMI aborts a task of
+  `srun --mpi=pmi2` that imports it.
+- the local world size: under srun, this node's own count of the step's
+  tasks (SLURM_STEP_TASKS_PER_NODE, `2(x3),1`, by this node's place in
+  SLURM_STEP_NODELIST), not the first node's.
+
+A batch script that starts a script of several ranks without srun (or
+torchrun) is told so, instead of torch's "RANK expected".
 
 This module does not import torch.
 """
@@ -23,6 +31,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import warnings
 
 class LauncherError(RuntimeError):
     pass
@@ -51,9 +60,10 @@ def launcher() -> str | None:
 
 
 def started_by_mpi() -> bool:
-    """Whether MPI started this process (mpirun, or srun --mpi=pmix/pmi2):
-    MPI can then carry the rendezvous."""
-    return launcher() in ("openmpi", "pmi") or "PMIX_RANK" in os.environ or "PMI_RANK" in os.environ
+    """Whether mpirun or mpiexec started this process: MPI can then carry
+    the rendezvous. A task of srun is not, whatever its --mpi: Slurm's own
+    variables say all, and MPI may not speak Slurm's PMI."""
+    return launcher() in ("openmpi", "pmi")
 
 
 def is_rank_of_a_job() -> bool:
@@ -66,9 +76,7 @@ def _ranks(kind):
     """(rank, world size, local rank, local world size or None)."""
     if kind == "slurm":
         tasks = _first("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS")
-        per_node = _first("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
-        local_world = re.match(r"\d+", per_node).group(0) if per_node else None
-        return os.environ["SLURM_PROCID"], tasks, _first("SLURM_LOCALID"), local_world
+        return os.environ["SLURM_PROCID"], tasks, _first("SLURM_LOCALID"), _slurm_tasks_on_this_node()
     if kind == "openmpi":
         return (os.environ["OMPI_COMM_WORLD_RANK"], _first("OMPI_COMM_WORLD_SIZE"),
                 _first("OMPI_COMM_WORLD_LOCAL_RANK"), _first("OMPI_COMM_WORLD_LOCAL_SIZE"))
@@ -76,22 +84,62 @@ def _ranks(kind):
             _first("MPI_LOCALNRANKS", "PMI_LOCAL_SIZE"))
 
 
-def first_host(nodelist: str) -> str:
-    """The first host of a SLURM node list: "nid[0012-0015,0020],login1" ->
-    "nid0012"."""
-    match = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
-    if not match:
+def hosts(nodelist: str) -> list[str]:
+    """The hosts of a SLURM node list, in order: "nid[0012-0013,0020],login1"
+    -> ["nid0012", "nid0013", "nid0020", "login1"]."""
+    found = []
+    for match in re.finditer(r"([^,\[\]]+)(?:\[([^\]]+)\])?([^,\[\]]*)(?:,|$)", nodelist.strip()):
+        prefix, ranges, suffix = match.groups()
+        if not ranges:
+            found.append(prefix + suffix)
+            continue
+        for part in ranges.split(","):
+            low, _, high = part.partition("-")
+            for number in range(int(low), int(high or low) + 1):
+                found.append(f"{prefix}{number:0{len(low)}d}{suffix}")
+    if not found:
         raise LauncherError(f"cannot read the SLURM node list {nodelist!r}")
-    prefix, ranges = match.groups()
-    return prefix + (re.split(r"[,-]", ranges)[0] if ranges else "")
+    return found
+
+
+def first_host(nodelist: str) -> str:
+    return hosts(nodelist)[0]
+
+
+def tasks_per_node(counts: str) -> list[int]:
+    """SLURM's per-node task counts: "2(x3),1" -> [2, 2, 2, 1]."""
+    found = []
+    for part in counts.split(","):
+        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if not match:
+            raise LauncherError(f"cannot read SLURM's tasks per node {counts!r}")
+        found += [int(match.group(1))] * int(match.group(2) or 1)
+    return found
+
+
+def _slurm_tasks_on_this_node() -> str | None:
+    """This node's count of the step's tasks, by its place in the step's
+    node list (SLURMD_NODENAME, the name slurmd runs as)."""
+    counts = _first("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
+    if counts is None:
+        return None
+    per_node = tasks_per_node(counts)
+    nodelist, node = _first("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"), _first("SLURMD_NODENAME")
+    names = hosts(nodelist) if nodelist else []
+    index = names.index(node) if node in names else int(_first("SLURM_NODEID") or 0)
+    return str(per_node[index]) if index < len(per_node) else None
+
+
+def rendezvous_port(job: int, step: int) -> int:
+    """The port of a srun step's rendezvous, the same on every task: steps
+    of a job, and jobs sharing a node, differ (until they wrap round)."""
+    return 20000 + (job * 64 + step) % 20000
 
 
 def _rendezvous(kind, rank):
-    """MASTER_ADDR and MASTER_PORT: from MPI where it launched the job, else
-    from SLURM's node list and job id."""
-    # srun --mpi=pmix (or pmi2) lets MPI start; plain srun does not, and
-    # under srun mpi4py may be absent.
-    if started_by_mpi() and (kind != "slurm" or _mpi4py_available()):
+    """MASTER_ADDR and MASTER_PORT: from MPI where mpirun launched the job,
+    else from SLURM's node list, job and step ids."""
+    if started_by_mpi():
         from mpi4py import MPI
 
         address = None
@@ -103,10 +151,22 @@ def _rendezvous(kind, rank):
     nodelist = _first("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
     job = _first("SLURM_JOB_ID", "SLURM_JOBID")
     if nodelist is None or job is None:
-        raise LauncherError("srun started this task, but SLURM_JOB_NODELIST or SLURM_JOB_ID is missing: "
+        raise LauncherError("srun started this task, but SLURM_STEP_NODELIST or SLURM_JOB_ID is missing: "
                             "set MASTER_ADDR and MASTER_PORT")
-    # One port per job, the same on every task; jobs sharing a node differ.
-    return first_host(nodelist), 20000 + int(job) % 20000
+    step = _first("SLURM_STEP_ID", "SLURM_STEPID") or "0"
+    return first_host(nodelist), rendezvous_port(int(job), int(step) if step.isdigit() else 0)
+
+
+def _warn_of_a_batch_script_of_several_tasks():
+    """A script run by sbatch's batch script itself, in a job of several
+    tasks: one process where the job asked for several. A warning, ahead
+    of torch's own "RANK expected": a script that passes its rank and
+    world size itself may rightly run so."""
+    tasks = _first("SLURM_NTASKS")
+    if _first("SLURM_JOB_ID") and "SLURM_STEP_ID" not in os.environ and tasks and tasks.isdigit() and int(tasks) > 1:
+        warnings.warn(f"this process runs in the batch script of SLURM job {os.environ['SLURM_JOB_ID']}, which asks "
+                      f"for {tasks} tasks, but srun did not start it: start the ranks with `srun python train.py` "
+                      "(or `srun torchrun ...`, one per node) in the script", RuntimeWarning, stacklevel=3)
 
 
 def _mpi4py_available():
@@ -121,6 +181,8 @@ def adopt_launcher_environment(rendezvous: bool = True) -> str | None:
     Variables already set are kept. Without `rendezvous` only the ranks are
     set (use_local_rank_gpu needs no more, and must not start MPI)."""
     kind = launcher()
+    if kind is None and "RANK" not in os.environ:
+        _warn_of_a_batch_script_of_several_tasks()
     if kind in (None, "torchrun"):
         return kind
     rank, world, local_rank, local_world = _ranks(kind)
