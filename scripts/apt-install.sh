@@ -4,7 +4,8 @@
 set -euo pipefail
 missing=()
 for package in "$@"; do
-  dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
+  # Installed, not merely known (a removed package keeps its config files).
+  [[ $(dpkg-query -W -f='${Status}' "$package" 2>/dev/null) == "install ok installed" ]] || missing+=("$package")
 done
 if ((${#missing[@]})); then
   if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
