@@ -3,10 +3,12 @@ munge, one slurmctld and two slurmd, each slurmd a "node" of its own.
 
 Each slurmd runs in namespaces of its own (unshare): its host name (n1,
 n2: what a task's `hostname` says, and how torch-mojo tells nodes apart),
-its own /tmp (as a node's local disk: PMIx and Slurm's step files do not
-clash) and an /etc/hosts that names both nodes (a task's MASTER_ADDR is
-the first node's name). No cgroups (proctrack/linuxproc, task/none), no
-accounting. The daemons and munged run in the foreground as children of
+an /etc/hosts that names both nodes (a task's MASTER_ADDR is the first
+node's name) and a node-local TmpFS (<home>/tmpfs, where PMIx makes its
+job directories: the same path on every node, each node's own files).
+Otherwise the nodes share the machine's file systems, as a cluster's nodes
+share its home and scratch, so the checkout and its venv may be anywhere
+(/tmp too). No cgroups (proctrack/linuxproc, task/none), no accounting. The daemons and munged run in the foreground as children of
 the test process; stop() ends exactly those.
 """
 
@@ -44,8 +46,6 @@ def free_port() -> int:
 
 class Cluster:
     def __init__(self, home: Path):
-        if Path("/tmp") in home.resolve().parents:
-            raise ValueError(f"{home}: the nodes mount their own /tmp over it; choose a directory outside /tmp")
         self.home = home
         self.processes: list[subprocess.Popen] = []
         self.conf = home / "slurm.conf"
@@ -53,7 +53,7 @@ class Cluster:
 
     # ------------------------------------------------------------ set-up
     def write_config(self):
-        for directory in ("munge", "state", "log", *(f"spool/{node}" for node in NODES),
+        for directory in ("munge", "state", "log", "tmpfs", *(f"spool/{node}" for node in NODES),
                           *(f"tmp/{node}" for node in NODES)):
             (self.home / directory).mkdir(parents=True, exist_ok=True)
         os.chmod(self.home / "munge", 0o700)
@@ -79,7 +79,7 @@ class Cluster:
             "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "JobAcctGatherType=jobacct_gather/none",
             "AccountingStorageType=accounting_storage/none", "SchedulerType=sched/builtin",
             "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
-            "MpiDefault=none", "ReturnToService=2", "SlurmdTimeout=60", "InactiveLimit=0",
+            f"TmpFS={self.home / 'tmpfs'}", "MpiDefault=none", "ReturnToService=2", "SlurmdTimeout=60", "InactiveLimit=0",
             *(f"NodeName={node} NodeAddr=127.0.0.1 Port={ports[node]} CPUs={cpus} State=UNKNOWN" for node in NODES),
             f"PartitionName=test Nodes={','.join(NODES)} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE",
             "",
@@ -93,9 +93,10 @@ class Cluster:
         self._wait_for(self.munge_socket.exists, "munged's socket")
         self._spawn(["/usr/sbin/slurmctld", "-D", "-i", "-f", str(self.conf)])
         for node in NODES:
-            # Its own host name, /tmp and /etc/hosts, then slurmd in its place.
+            # Its own host name, /etc/hosts and TmpFS, then slurmd in its place.
             setup = (f"hostname {node} && mount --bind {self.home / 'hosts'} /etc/hosts && "
-                     f"mount --bind {self.home / 'tmp' / node} /tmp && exec /usr/sbin/slurmd -D -f {self.conf}")
+                     f"mount --bind {self.home / 'tmp' / node} {self.home / 'tmpfs'} && "
+                     f"exec /usr/sbin/slurmd -D -f {self.conf}")
             self._spawn(["unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", setup])
         self._wait_for(self._nodes_idle, "both nodes idle in sinfo", timeout=90)
         return self

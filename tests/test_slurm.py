@@ -21,7 +21,7 @@ from tests.test_examples import losses
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900)]
 
-HOME = ROOT / ".cache" / "slurm-site"  # not under /tmp: each node mounts its own there
+HOME = ROOT / ".cache" / "slurm-site"
 STEPS = ["--steps", "40"]
 # Between the two "nodes": libfabric's tcp on loopback. One thread a rank,
 # as torchrun gives (srun gives torch's default: its cost is another issue).

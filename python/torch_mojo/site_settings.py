@@ -29,6 +29,10 @@ GPUS = {
 # The network name the libfabric plugin (aws-ofi-rccl, aws-ofi-nccl) gives
 # NCCL and RCCL, and that NCCL_NET selects.
 PLUGIN_NETWORK = "AWS Libfabric"
+# What to do where RCCL/NCCL find no such plugin (the doctor's checks, the
+# modulefile's warning).
+PLUGIN_ADVICE = ("load the libfabric plugin's module (aws-ofi-rccl for ROCm 6, aws-ofi-nccl for ROCm 7 and NVIDIA "
+                 "on Slingshot) or put its lib directory on LD_LIBRARY_PATH")
 
 
 @dataclass(frozen=True)

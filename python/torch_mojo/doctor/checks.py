@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import statistics
 
+from torch_mojo import site_settings
 from torch_mojo.doctor import nccl_log
 from torch_mojo.doctor.facts import SOCKET_PROVIDERS, number_ranges
 from torch_mojo.doctor.job import Job
@@ -117,9 +118,8 @@ def fabric_problems(job: Job) -> list[dict]:
         if spans_nodes and plugin and not plugin["path"] and facts["machine"]["network"] == "slingshot":
             library = "RCCL" if facts["machine"]["gpu"] == "amd" else "NCCL"
             message = (f"on {host} {library} would use sockets between nodes, many times slower: its libfabric "
-                       f"plugin ({plugin['library']}) is not on the library path; load the plugin's module "
-                       "(aws-ofi-rccl for ROCm 6, aws-ofi-nccl otherwise) or put its lib directory on "
-                       "LD_LIBRARY_PATH, and set NCCL_NET=\"AWS Libfabric\"")
+                       f"plugin ({plugin['library']}) is not on the library path; {site_settings.PLUGIN_ADVICE}, "
+                       f"and set NCCL_NET=\"{site_settings.PLUGIN_NETWORK}\"")
             findings.setdefault((ERROR, "fabric", message), []).append(rank)
     found = grouped(findings)
     if spans_nodes:

@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass, field
 
 from torch_mojo.doctor.variables import ERROR, WARNING
-from torch_mojo.site_settings import PLUGIN_NETWORK
+from torch_mojo.site_settings import PLUGIN_ADVICE, PLUGIN_NETWORK
 
 LINE = re.compile(r"^(?P<host>[^\s:]+):(?P<pid>\d+):\d+ \[[^\]]*\] NCCL INFO (?P<message>.*)$")
 NO_PLUGIN = re.compile(r"NET/Plugin ?: (?:Could not find: ?(?P<nccl>.+?)\.?(?: Using .*)?$|"
@@ -139,10 +139,9 @@ def host_problems(log: HostLog, hosts: int) -> list[tuple[str, str]]:
     if "Socket" in log.networks | set(log.between_nodes):
         looked = f"; it looked for {log.missing_plugin} and did not find it" if log.missing_plugin else ""
         return [(ERROR, f"NCCL/RCCL used sockets between nodes (\"Using network Socket\"{looked}): the job runs "
-                 "many times slower than it should. Load the libfabric plugin's module (aws-ofi-rccl for ROCm 6, "
-                 "aws-ofi-nccl for ROCm 7 and NVIDIA on Slingshot) or put its lib directory on LD_LIBRARY_PATH, "
-                 f"and set NCCL_NET=\"{PLUGIN_NETWORK}\" so that a missing plugin fails at init instead of "
-                 "crawling; on InfiniBand, check that NCCL_IB_DISABLE is unset and NCCL_IB_HCA names the HCAs")]
+                 f"many times slower than it should: {PLUGIN_ADVICE}, and set NCCL_NET=\"{PLUGIN_NETWORK}\" so "
+                 "that a missing plugin fails at init instead of crawling; on InfiniBand, check that "
+                 "NCCL_IB_DISABLE is unset and NCCL_IB_HCA names the HCAs")]
     found = []
     socket_providers = sorted(provider for provider in log.providers if provider.split(";")[0] in SOCKET_PROVIDERS)
     if socket_providers:

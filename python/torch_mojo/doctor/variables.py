@@ -77,12 +77,13 @@ def review_ours(environ) -> list[tuple[str, str]]:
 def review_nccl(environ, library: str | None) -> list[tuple[str, str]]:
     """NCCL_* variables against the library that would read them (None: no
     NCCL or RCCL library is found, so nothing reads them)."""
-    names = sorted(name for name in environ if name.startswith("NCCL_") or
-                   (name.startswith("RCCL_") and library and "rccl" in os.path.basename(library)))
+    reads_rccl_names = bool(library) and "rccl" in os.path.basename(library)
+    names = sorted(name for name in environ
+                   if name.startswith("NCCL_") or (name.startswith("RCCL_") and reads_rccl_names))
     if not names or library is None:
         return []
     try:
-        known = names_in_library(library) | (names_in_library(library, "RCCL_") if "rccl" in library else set())
+        known = names_in_library(library) | (names_in_library(library, "RCCL_") if reads_rccl_names else set())
     except (OSError, ValueError) as error:
         return [(WARNING, f"the NCCL_* variables cannot be checked: {library} cannot be read ({error})")]
     findings = []
@@ -156,8 +157,7 @@ def review_net_plugin(environ, kind: str | None) -> list[tuple[str, str]]:
                          "is set; put the plugin's lib directory on LD_LIBRARY_PATH, or unset NCCL_NET_PLUGIN"))
     elif forced and forced not in BUILT_IN_NETWORKS and found is None:
         findings.append((ERROR, f"NCCL_NET={forced} asks for a plugin's network and no plugin is found "
-                         f"({looked_for} on the library path): RCCL/NCCL fail at init; load the plugin's module "
-                         "(aws-ofi-rccl, aws-ofi-nccl) or put its lib directory on LD_LIBRARY_PATH"))
+                         f"({looked_for} on the library path): RCCL/NCCL fail at init; {site_settings.PLUGIN_ADVICE}"))
     elif forced and named and named != "none":
         findings.append((WARNING, f"NCCL_NET={forced} and NCCL_NET_PLUGIN={named} are both set: set one (CSCS: "
                          "NCCL_NET alone selects the plugin's network)"))
