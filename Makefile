@@ -6,6 +6,7 @@
 #                      the conda recipe's build script (slow; what CI runs after `make test`)
 #   make scale-check   the conformance matrix across 8 simulated nodes (slow; what CI runs after `make test`)
 #   make slurm-check   jobs under a real Slurm started on this machine (slow; what CI runs after `make test`)
+#   make clients-check accelerate, the Trainer and Lightning on mojo against gloo (what CI runs after `make test`)
 #   make pytorch-suite PyTorch's own distributed tests on mojo (slow; a subset is in `make test`)
 # A second run reuses the environment and the build.
 
@@ -14,7 +15,7 @@ BIN := $(VENV)/bin
 NPROC ?= 2
 SOURCES := $(shell find cpp kernels modulefiles cmake -type f) CMakeLists.txt pyproject.toml
 
-.PHONY: demo test spack-check package-check scale-check slurm-check pytorch-suite build setup clean
+.PHONY: demo test spack-check package-check scale-check slurm-check clients-check pytorch-suite build setup clean
 
 demo: build
 	$(BIN)/torchrun --standalone --nproc-per-node=$(NPROC) examples/train_ddp.py
@@ -43,6 +44,12 @@ scale-check: build
 slurm-check: build
 	scripts/apt-install.sh slurm-wlm munge
 	$(BIN)/python -m pytest tests -m slurm
+
+# examples/clients/ on mojo against gloo, with the clients' pinned versions
+# (requirements-clients.txt) added to .venv (about three minutes).
+clients-check: build
+	$(BIN)/pip install --quiet -r requirements-clients.txt -c requirements-dev.txt
+	$(BIN)/python -m pytest tests -m clients
 
 # PyTorch's DistributedTest at 2 and 3 ranks on mojo (about 24 and 38 minutes).
 pytorch-suite: build

@@ -8,8 +8,10 @@
 #     against gloo and MPI over TCP, libmojoccl's point-to-point swap (p2p),
 #     the provider's own (wire), and mojo in shared memory), the all-reduce between 2 and 4 single-rank nodes and
 #     the cost model's predictions, 2 nodes of 2 ranks on rails and by
-#     leaders alone, and DDP across two torchrun agents.
-# Usage: benchmarks/run.sh [output-dir] [all|one-node|between-nodes]
+#     leaders alone, and DDP across two torchrun agents;
+#   threads: train_fsdp2.py and gpt_ddp.py end to end at OMP_NUM_THREADS 1, 2
+#     and unset, under torchrun and mp.spawn, mojo against gloo.
+# Usage: benchmarks/run.sh [output-dir] [all|one-node|between-nodes|threads]
 #   (default: benchmarks/results, all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -70,9 +72,15 @@ between_nodes() {
   done
 }
 
+# The thread count is what this part varies: each run sets its own.
+threads() {
+  env -u OMP_NUM_THREADS "$bin/python" benchmarks/threads.py --output "$out" | tee "$out/threads.txt"
+}
+
 case "$part" in
-  all) one_node; between_nodes ;;
+  all) one_node; between_nodes; threads ;;
   one-node) one_node ;;
   between-nodes) between_nodes ;;
-  *) echo "benchmarks/run.sh: the part is all, one-node or between-nodes, not '$part'" >&2; exit 2 ;;
+  threads) threads ;;
+  *) echo "benchmarks/run.sh: the part is all, one-node, between-nodes or threads, not '$part'" >&2; exit 2 ;;
 esac

@@ -5,6 +5,7 @@ say who failed, flight-recorder dumps analyse with PyTorch's fr_trace, no
 process is left behind and nothing of ours is left in /dev/shm."""
 
 import glob
+import os
 import signal
 import subprocess
 import sys
@@ -162,3 +163,46 @@ def test_soak_random_collectives_on_four_ranks(clean_shm):
     results = run_worker("soak", 4, "1500", timeout=240)
     for result in results:
         assert ", 0 wrong" in result.stdout, result.stdout
+
+
+SPAWNED = """
+import os, sys, time
+import torch, torch.distributed as dist, torch.multiprocessing as mp
+import torch_mojo
+
+def rank_main(rank, port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(len(os.sched_getaffinity(0)))  # one per core in each rank, as without torchrun
+    torch_mojo.register_mojo_devices()
+    dist.init_process_group("mojo", rank=rank, world_size=2)  # rank 0 hosts the store
+    tensor = torch.ones(4)
+    dist.all_reduce(tensor)
+    if rank == 1:
+        time.sleep(3)  # rank 0 and its store are gone meanwhile: the watchdog polls, the exit announces
+    print(f"rank {rank} done, {tensor[0].item():.0f}", flush=True)  # no destroy_process_group()
+
+if __name__ == "__main__":
+    mp.spawn(rank_main, args=(int(sys.argv[1]),), nprocs=2)
+"""
+
+
+def test_ranks_under_mp_spawn_outlive_the_store_quietly_and_share_the_cores(tmp_path, clean_shm):
+    # mp.spawn and Lightning's launcher: rank 0 hosts the store and leaves
+    # first, without destroy_process_group(). The others stop using the
+    # store, with no word from torch's store client.
+    from tests.harness import free_port
+
+    script = tmp_path / "spawned.py"
+    script.write_text(SPAWNED)
+    done = subprocess.run([sys.executable, str(script), str(free_port())], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "rank 0 done, 2" in done.stdout and "rank 1 done, 2" in done.stdout
+    for noise in ("recvValue failed", "sendBytes failed", "frame #", "Traceback"):
+        assert noise not in done.stderr, done.stderr[-3000:]
+    # Two ranks of one thread per core: OpenMP's idle threads must not spin
+    # on the cores the other rank computes on (openmp_yield.h).
+    cpus = len(os.sched_getaffinity(0))
+    if cpus >= 2:
+        line = f"2 ranks x {cpus} torch threads share {cpus} CPUs: OpenMP's idle threads sleep instead of spinning"
+        assert done.stderr.count(line) == 2, done.stderr[-3000:]

@@ -109,16 +109,20 @@ def ccl_job(hosts, env, scenario="init", timeout=60):
 
 
 def test_trace_names_each_ranks_node_and_provider():
-    results = ccl_job("aab", {**FABRIC, "MOJOCCL_IB_TRACE": "1"})
+    # No provider set: `auto` finds no cxi, verbs or efa here and takes tcp.
+    results = ccl_job("aab", {"MOJOCCL_IB_TRACE": "1"})
     assert all("ok all_reduce" in result.stdout for result in results)
     assert "[mojoccl] rank 0: node 0 of 2 (ranks 0,1, leader 0); between nodes: tcp;ofi_rxm on " in results[0].stderr
+    assert "MOJOCCL_FABRIC_PROVIDER=auto)" in results[0].stderr, results[0].stderr
     assert "[mojoccl] rank 2: node 1 of 2 (ranks 2, leader 2)" in results[2].stderr
+    if not any(os.listdir(path) for path in ("/sys/class/cxi", "/sys/class/infiniband") if os.path.isdir(path)):
+        assert "WARNING" not in results[0].stderr, results[0].stderr
 
 
 @pytest.mark.parametrize(
     "env, message",
     [
-        ({}, "has no provider 'cxi' offering reliable tagged messages"),
+        ({"MOJOCCL_FABRIC_PROVIDER": "cxi"}, "has no provider 'cxi' offering reliable tagged messages"),
         ({"MOJOCCL_FABRIC_PROVIDER": "nosuch"}, "Providers here: tcp;ofi_rxm"),
         ({**FABRIC, "MOJOCCL_FABRIC_DOMAIN": "nosuch0"},
          "has no domain 'nosuch0' (MOJOCCL_FABRIC_DOMAIN); its domains here: "),
@@ -141,7 +145,7 @@ def test_trace_names_each_ranks_node_and_provider():
         ({**FABRIC, "MOJOCCL_NET_DIRECT_NODES": "many"},
          "MOJOCCL_NET_DIRECT_NODES=many is not valid: expected an integer from 1 to 1048576"),
     ],
-    ids=["default provider absent", "unknown provider", "unknown domain", "unknown domain in a list", "bad rails",
+    ids=["provider absent", "unknown provider", "unknown domain", "unknown domain in a list", "bad rails",
          "no libfabric", "verbs", "bad timeout",
          "bad region size", "registration without a region", "unknown algorithm", "bad direct node count"],
 )
@@ -166,6 +170,17 @@ def test_an_algorithm_setting_that_differs_between_ranks_fails_every_rank(variab
     for result in results:
         assert f"{variable} is '{value}' on rank 0 and '{default}' on rank 1: set it alike on every rank" \
             in result.stdout, result.stdout
+
+
+def test_ranks_on_different_providers_fail_every_rank():
+    # One node on tcp, the other on net: they could not reach each other.
+    results = run_worker("ccl", 2, "init", timeout=60, rank_env={
+        0: {"MOJOCCL_HOSTID": "a", "MOJOCCL_FABRIC_PROVIDER": "net"},
+        1: {"MOJOCCL_HOSTID": "b", "MOJOCCL_FABRIC_PROVIDER": "tcp"},
+    })
+    for result in results:
+        assert "The libfabric provider (MOJOCCL_FABRIC_PROVIDER) is 'net' on rank 0 and 'tcp;ofi_rxm' on rank 1: " \
+               "set it alike on every rank" in result.stdout, result.stdout
 
 
 def test_an_eager_size_that_differs_between_ranks_fails_every_rank():

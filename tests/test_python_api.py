@@ -121,8 +121,10 @@ def test_cli_info_and_cache_dir():
     assert re.search(r"cpu   libmojoccl\.so +/\S+/lib/libmojoccl\.so  \(installed with torch-mojo\)", out), out
     assert "(torch-mojo built with 2.13.0)" in out and "kernels: Mojo 1.2.0, CPU x86-64-v3" in out
     assert re.search(r"libfabric 1\.\d+: /\S+/libfabric\.so\.1", out), out
-    # No Slingshot here: the default provider is missing, and said so.
-    assert "between nodes: cxi (the default): NOT offered here" in out, out
+    # No Slingshot or InfiniBand here: `auto` takes tcp.
+    assert "between nodes: tcp (auto, the default): offered" in out, out
+    out = python("from torch_mojo.cli import main; main(['info'])", MOJOCCL_FABRIC_PROVIDER="cxi")
+    assert "between nodes: cxi (MOJOCCL_FABRIC_PROVIDER): NOT offered here" in out, out
     out = python("from torch_mojo.cli import main; main(['info'])", MOJOCCL_FABRIC_PROVIDER="tcp")
     assert "between nodes: tcp (MOJOCCL_FABRIC_PROVIDER): offered" in out, out
     out = python("from torch_mojo.cli import main; main(['cache', 'dir'])",

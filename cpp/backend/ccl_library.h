@@ -48,9 +48,11 @@ struct CclApi {
   // Optional (NCCL 2.19+): null when the library lacks them.
   ncclResult_t (*memAlloc)(void**, size_t);
   ncclResult_t (*memFree)(void*);
-  // libmojoccl's own: a receive from any rank; the ranks that failed.
+  // libmojoccl's own: a receive from any rank; the ranks that failed; the
+  // nodes the ranks are on.
   ncclResult_t (*recvAny)(void*, size_t, ncclDataType_t, int*, ncclComm_t, ncclStream_t);
   ncclResult_t (*failedRanks)(ncclComm_t, int*, int*);
+  ncclResult_t (*commNodes)(ncclComm_t, int*, int*, int*);
   // RCCL's and libmojoccl's (not NCCL's): an all-to-all.
   ncclResult_t (*allToAllv)(const void*, const size_t*, const size_t*, void*, const size_t*, const size_t*,
                             ncclDataType_t, ncclComm_t, ncclStream_t);

@@ -111,6 +111,13 @@ std::vector<int> Communicator::failedRanks() {
   return ranks;
 }
 
+int Communicator::ranksOnThisNode() {
+  if (comm_ == nullptr || aborted_ || api().commNodes == nullptr) return 0;
+  int nodes = 0, localRanks = 0, localRank = 0;
+  library_->check(api().commNodes(comm_, &nodes, &localRanks, &localRank), "mojocclCommNodes", comm_);
+  return localRanks;
+}
+
 void Communicator::abort() {
   std::unique_lock<std::mutex> lock(mutex_, std::defer_lock);
   if (abortFreesComm_) lock.lock();

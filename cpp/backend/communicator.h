@@ -53,6 +53,9 @@ class Communicator {
   // The ranks the library knows to have ended without leaving the
   // communicator; always empty with NCCL and RCCL, which do not say.
   std::vector<int> failedRanks();
+  // How many of the communicator's ranks share this rank's node; 0 where
+  // the library does not say (NCCL, RCCL).
+  int ranksOnThisNode();
   // An error the library met on its own since the last call (a broken
   // connection, a device fault), or "" while all is well.
   std::string asyncError();

@@ -16,6 +16,7 @@
 #include <c10/util/Exception.h>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/logger.hpp>
 
 #include "backend/tensors.h"
@@ -28,6 +29,12 @@ namespace {
 bool traceEnabled() {
   const char* value = std::getenv("TORCH_MOJO_BACKEND_TRACE");
   return value == nullptr || std::strcmp(value, "0") != 0;
+}
+
+void trace(const std::string& line) {
+  if (line.empty() || !traceEnabled()) return;
+  std::fprintf(stderr, "[TRACE] %s\n", line.c_str());
+  std::fflush(stderr);
 }
 
 // "[TRACE] collectives via <path> (<library> version <code>)", once per
@@ -77,6 +84,15 @@ c10::intrusive_ptr<c10d::Store> forThisAttempt(const c10::intrusive_ptr<c10d::St
 c10::intrusive_ptr<c10d::Store> jobStore(const c10::intrusive_ptr<c10d::Store>& store) {
   auto* prefixed = dynamic_cast<c10d::PrefixStore*>(store.get());
   return forThisAttempt(prefixed != nullptr ? prefixed->getUnderlyingNonPrefixStore() : store);
+}
+
+// Where the job's store is a TCPStore, a watch on its server.
+std::shared_ptr<StoreWatch> watchServerOf(const c10::intrusive_ptr<c10d::Store>& store) {
+  auto job = jobStore(store);
+  auto* prefixed = dynamic_cast<c10d::PrefixStore*>(job.get());
+  auto* tcp = dynamic_cast<c10d::TCPStore*>(prefixed != nullptr ? prefixed->getUnderlyingNonPrefixStore().get()
+                                                                 : job.get());
+  return tcp != nullptr ? StoreWatch::of(tcp->getHost(), tcp->getPort()) : nullptr;
 }
 
 std::string whereaboutsKey(uint64_t globalRank) {
@@ -138,6 +154,7 @@ ProcessGroupMojo::ProcessGroupMojo(const c10::intrusive_ptr<c10d::Store>& store,
     TORCH_CHECK(false, error.what(), " (reinstall torch-mojo: its libmojoccl.so is missing or broken)");
   }
   publishWhereabouts(*jobStore(store), globalRank());
+  storeWatch_ = watchServerOf(store);
   createCommunicator(*host_, *store_, "torch_mojo_unique_id");
   traceLibrary(host_->library());
   if (accelerator_) {
@@ -168,7 +185,10 @@ ProcessGroupMojo::ProcessGroupMojo(const c10::intrusive_ptr<c10d::Store>& store,
   init();
   // Last: a member thread still joinable when a later statement throws
   // would end the process (std::terminate in ~thread).
-  worker_ = std::thread(&ProcessGroupMojo::workerLoop, this);
+  std::promise<std::string> started;
+  std::future<std::string> openMp = started.get_future();
+  worker_ = std::thread(&ProcessGroupMojo::workerLoop, this, std::move(started));
+  trace(openMp.get());
 }
 
 ProcessGroupMojo::~ProcessGroupMojo() {
@@ -182,6 +202,7 @@ ProcessGroupMojo::~ProcessGroupMojo() {
 void ProcessGroupMojo::announceExit() {
   std::lock_guard<std::mutex> lock(liveGroupsMutex);
   for (ProcessGroupMojo* group : liveGroups) {
+    if (group->storeGone()) continue;
     try {
       const std::string entry = std::to_string(group->globalRank()) + ",";
       jobStore(group->store_)->append(kExitingKey, std::vector<uint8_t>(entry.begin(), entry.end()));
@@ -195,12 +216,13 @@ std::vector<int> ProcessGroupMojo::failedRanks() {
   std::vector<int> failed = host_->failedRanks();
   // The store, not the communicator, says who is ending: where a node's
   // first rank has left, the communicator no longer hears of that node.
+  // Without a store to ask, the ranks that ended without leaving are what is known.
   try {
-    const std::set<uint64_t> exiting = exitingRanks(*jobStore(store_));
+    const std::set<uint64_t> exiting =
+        storeGone() ? std::set<uint64_t>{} : exitingRanks(*jobStore(store_));
     for (int rank = 0; rank < size_; ++rank)
       if (rank != rank_ && exiting.count(globalRanks_[rank])) failed.push_back(rank);
   } catch (const std::exception&) {
-    // No store to ask: the ranks that ended without leaving are what is known.
   }
   std::sort(failed.begin(), failed.end());
   failed.erase(std::unique(failed.begin(), failed.end()), failed.end());

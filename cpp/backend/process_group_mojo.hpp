@@ -27,6 +27,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -38,6 +39,8 @@
 #include <c10/core/Stream.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "backend/store_watch.h"
 
 #include "backend/ccl_library.h"
 #include "backend/communicator.h"
@@ -255,6 +258,9 @@ class ProcessGroupMojo : public c10d::Backend {
   bool coordinationDue(std::chrono::milliseconds period);
   bool newRequest(uint64_t epoch);  // false if this request was seen already
   c10d::Store& store() { return *store_; }
+  // True once the store's server has ended (store_watch.h): calls on the
+  // store would only fail, each with a backtrace from torch's client.
+  bool storeGone() const { return storeWatch_ != nullptr && storeWatch_->gone(); }
   int globalRank() const { return static_cast<int>(globalRanks_[rank_]); }
   const std::vector<uint64_t>& globalRanks() const { return globalRanks_; }
   // Ends the calls in progress (libmojoccl returns within ~50 ms); they
@@ -311,7 +317,9 @@ class ProcessGroupMojo : public c10d::Backend {
                                          std::function<void(Communicator&)> issue,
                                          std::function<void()> finish = nullptr,
                                          bool synchronous = false, int peer = -1);
-  void workerLoop();
+  // `started` gets what the worker did for OpenMP before its first job
+  // (openmp_yield.h), for the constructor to trace.
+  void workerLoop(std::promise<std::string> started);
   void startRunning(const Job& job);  // with mutex_ held
   void execute(Job& job);             // runs the job; completes it unless it is on a device
   void runJob(Job& job);
@@ -363,6 +371,7 @@ class ProcessGroupMojo : public c10d::Backend {
   std::optional<LastSplit> lastSplit_;  // split() is asked once per device type
   uint64_t shrinks_ = 0;                 // each shrink's keys in the store are its own
   c10::intrusive_ptr<c10d::Store> store_;
+  std::shared_ptr<StoreWatch> storeWatch_;
   std::vector<uint64_t> globalRanks_;
   size_t groupId_;
   std::shared_ptr<c10d::ProcessGroupStatus> status_;

@@ -313,12 +313,13 @@ void Watchdog::raiseInCaller(ProcessGroupMojo& group, const std::string& headlin
 
 void Watchdog::answerRequests(ProcessGroupMojo& group) {
   if (!group.coordinationDue(WatchdogSettings::get().coordinationPeriod)) return;
+  if (group.storeGone()) return;  // its host ended: nobody can ask any more
   try {
     uint64_t epoch = static_cast<uint64_t>(group.store().add(kEpochKey, 0));
     if (!group.newRequest(epoch)) return;
     answer(group, epoch);
   } catch (const std::exception&) {
-    // The store is gone (rank 0 ended): nobody can ask any more.
+    // The store failed between the look and the call.
   }
 }
 
@@ -334,6 +335,8 @@ void Watchdog::endTheRun(ProcessGroupMojo& group, const std::string& headline, u
   const std::vector<uint64_t> globalRanks = group.globalRanks();
   std::map<int, Whereabouts> answers;
   try {
+    if (group.storeGone())
+      throw std::runtime_error("its server (the process that hosted it) has ended");
     c10d::Store& store = group.store();
     uint64_t epoch = static_cast<uint64_t>(store.add(kEpochKey, 1));
     group.newRequest(epoch);  // our own request: answered here, not by answerRequests

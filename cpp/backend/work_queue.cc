@@ -10,6 +10,7 @@
 
 #include <torch/csrc/distributed/c10d/logger.hpp>
 
+#include "backend/openmp_yield.h"
 #include "backend/watchdog.hpp"
 
 namespace torch_mojo {
@@ -394,9 +395,16 @@ void ProcessGroupMojo::retire(Job& job, std::exception_ptr error) {
   job.work->complete(error);
 }
 
-void ProcessGroupMojo::workerLoop() {
+void ProcessGroupMojo::workerLoop(std::promise<std::string> started) {
   // How often device jobs in flight are checked for their end.
   constexpr auto kDevicePoll = std::chrono::milliseconds(1);
+  std::string openMp;
+  try {
+    openMp = yieldOpenMpToOtherRanks(host_->ranksOnThisNode());
+  } catch (const std::exception&) {
+    // A library that cannot say where its ranks are leaves OpenMP as it is.
+  }
+  started.set_value(openMp);
   // This thread's device, once: runtimes that restore "the current device"
   // after an event call would otherwise make one on device 0.
   if (device_) c10::impl::VirtualGuardImpl(device_->device.type()).uncheckedSetDevice(device_->device);
@@ -422,6 +430,7 @@ void ProcessGroupMojo::workerLoop() {
         fatalError_.clear();  // the abort has decided already: nothing left to report
         lock.unlock();
         for (auto& left : abandoned) retire(left, distBackendError(abortReason_));
+        releaseOpenMpYield();
         return;
       }
       if (!runnable()) continue;

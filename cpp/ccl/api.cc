@@ -206,7 +206,7 @@ MOJOCCL_API ncclResult_t mojocclDescribeFabric(int localRank, char* text, size_t
     if (text == nullptr || size == 0) mojoccl::fail(ncclInvalidArgument, "mojocclDescribeFabric: no buffer");
     const mojoccl::LibFabric& library = mojoccl::LibFabric::get();
     mojoccl::FabricChoice choice = mojoccl::chooseFabric(library, localRank < 0 ? 0 : localRank);
-    std::string description = choice.info ? mojoccl::describeFabric(choice.info, library) : "";
+    std::string description = choice.info ? mojoccl::describeFabric(choice, library) : "";
     if (choice.list) library.freeinfo(choice.list);
     if (!choice.failure.empty()) mojoccl::fail(ncclInvalidUsage, choice.failure);
     snprintf(text, size, "%s", description.c_str());

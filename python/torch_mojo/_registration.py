@@ -112,6 +112,41 @@ def _fix_shrink_group():
     c10d._finalize_shrunk_group = finalize_shrunk
 
 
+ACCELERATE_TAKES_GLOO = (
+    "accelerate is making the default process group on gloo: on CPU, Accelerator() and the Hugging Face "
+    "Trainer take gloo whatever backend they are given (backend=\"mojo\" is refused). To train on mojo, "
+    "make the group first: torch.distributed.init_process_group(\"mojo\") before Accelerator() or the "
+    "Trainer, and they keep it (docs/integrations.md)"
+)
+
+
+def _warn_when_accelerate_takes_gloo():
+    """init_process_group, as before, with a warning where accelerate calls
+    it for gloo on a machine where mojo is the CPU's default: the one place
+    that choice is made silently. Nothing else changes."""
+    import functools
+    import sys
+    import warnings
+
+    import torch.distributed as dist
+
+    init = dist.init_process_group
+    if getattr(init, "_mojo", False):
+        return
+
+    @functools.wraps(init)
+    def init_process_group(*args, **kwargs):
+        backend = kwargs.get("backend", args[0] if args else None)
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        if backend == "gloo" and caller.split(".")[0] == "accelerate" and \
+                dist.Backend.default_device_backend_map.get("cpu") == BACKEND_NAME:
+            warnings.warn(ACCELERATE_TAKES_GLOO, stacklevel=2)
+        return init(*args, **kwargs)
+
+    init_process_group._mojo = True
+    dist.init_process_group = init_process_group
+
+
 def _devices():
     """cpu, and this process's accelerator type where it has one (cuda or
     mojo): mojo becomes the default backend of both."""
@@ -141,6 +176,7 @@ def register():
             dist.Backend.default_device_backend_map[device] = BACKEND_NAME
         _install_trace_dumps(_C)
         _fix_shrink_group()
+        _warn_when_accelerate_takes_gloo()
         # A collective still running when the script ends gets two seconds,
         # then is reported; Ctrl-C reaches the watchdog too.
         atexit.register(_C._before_exit)

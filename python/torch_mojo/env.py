@@ -253,10 +253,11 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         "MOJOCCL_FABRIC_PROVIDER",
-        "cxi",
-        "libfabric provider between nodes (`cxi` on Slingshot, `verbs` on InfiniBand, `tcp` or, "
-        "with libfabric 1.17, the faster `net` on Ethernet, `shm`); when it is absent the error "
-        "names the providers there are",
+        "auto",
+        "libfabric provider between nodes: `auto` takes the first libfabric offers of `cxi` "
+        "(Slingshot), `verbs` (InfiniBand), `efa`, then `tcp`, and warns when a fabric NIC is "
+        "present but only tcp is offered; or one by name (with libfabric 1.17, `net` is faster "
+        "than `tcp` on Ethernet); when it is absent the error names the providers there are",
     ),
     Variable(
         "MOJOCCL_LIBFABRIC",

@@ -348,13 +348,27 @@ def libfabric_details(path: str) -> dict:
     return {"version": f"{version >> 16}.{version & 0xFFFF}", "providers": providers}
 
 
+# libmojoccl's order for MOJOCCL_FABRIC_PROVIDER=auto (fabric_choice.cc):
+# the fabric NICs' providers, then sockets.
+AUTO_PROVIDERS = ("cxi", "verbs", "efa", "tcp")
+
+
 def fabric_provider_choice(providers: list[str]) -> dict:
-    """The provider a communicator spanning nodes would ask libfabric for,
-    and whether it is offered here ("tcp" is offered as "tcp;ofi_rxm")."""
+    """The provider a communicator spanning nodes would open, among the
+    `providers` libfabric offers here ("tcp" is offered as "tcp;ofi_rxm"),
+    and whether it is offered."""
     from torch_mojo.env import BY_NAME
 
     chosen = os.environ.get("MOJOCCL_FABRIC_PROVIDER") or None
-    provider = chosen or BY_NAME["MOJOCCL_FABRIC_PROVIDER"].default
-    offered = any(name == provider or name.startswith(provider + ";") for name in providers)
-    return {"provider": provider, "source": "MOJOCCL_FABRIC_PROVIDER" if chosen else "the default",
-            "offered": offered}
+    setting = chosen or BY_NAME["MOJOCCL_FABRIC_PROVIDER"].default
+
+    def offered(provider):
+        return any(name == provider or name.startswith(provider + ";") for name in providers)
+
+    provider = setting
+    if setting == "auto":
+        provider = next((name for name in AUTO_PROVIDERS if offered(name)), AUTO_PROVIDERS[-1])
+    source = "MOJOCCL_FABRIC_PROVIDER" if chosen else "the default"
+    if setting == "auto":
+        source = f"auto, {source}" if not chosen else "MOJOCCL_FABRIC_PROVIDER=auto"
+    return {"provider": provider, "source": source, "offered": offered(provider)}

@@ -59,8 +59,12 @@ FabricTransport::FabricTransport(Bootstrap& bootstrap, int rank, int localIndex,
   FabricChoice choice = chooseFabric(library_, localIndex);
   infoList_ = choice.list;
   info_ = choice.info;
+  how_ = choice.how;
   std::string failure = choice.failure;
   bootstrap.agreeOnSuccess(failure.empty(), failure);
+  if (!choice.warning.empty() && localIndex == 0) fprintf(stderr, "[mojoccl] WARNING: %s\n", choice.warning.c_str());
+  // Ranks on different providers cannot reach each other: one choice for all.
+  bootstrap.requireSameSetting("The libfabric provider (MOJOCCL_FABRIC_PROVIDER)", info_->fabric_attr->prov_name);
 
   auto check = [&](int result, const char* call) {
     if (result != 0)
@@ -150,7 +154,12 @@ FabricTransport::~FabricTransport() {
   if (infoList_) library_.freeinfo(infoList_);
 }
 
-std::string FabricTransport::describe() const { return describeFabric(info_, library_); }
+std::string FabricTransport::describe() const {
+  FabricChoice chosen;
+  chosen.info = info_;
+  chosen.how = how_;
+  return describeFabric(chosen, library_);
+}
 
 // MOJOCCL_REGION_MB of memory in 16 slots (at most kMaxPiece each), the
 // first half for receives: laid out now, mapped and registered when the

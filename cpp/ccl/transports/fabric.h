@@ -184,6 +184,7 @@ class FabricTransport {
   std::vector<RankInfo> ranks_;
   fi_info* infoList_ = nullptr;  // what fi_getinfo offered
   fi_info* info_ = nullptr;      // the one in use
+  std::string how_;              // how the provider was chosen, for describe()
   fid_fabric* fabric_ = nullptr;
   fid_domain* domain_ = nullptr;
   fid_cq* cq_ = nullptr;

@@ -91,6 +91,45 @@ size_t rxmSetting(const char* name, size_t fallback) {
   return text && *text ? std::strtoull(text, nullptr, 10) : fallback;
 }
 
+// Tried in this order by MOJOCCL_FABRIC_PROVIDER=auto.
+constexpr const char* kAutoProviders[] = {"cxi", "verbs", "efa", "tcp"};
+
+// The fabric NICs the kernel knows, whatever libfabric offers: Slingshot's
+// (cxi0) and RDMA devices (InfiniBand's mlx5_0, EFA's efa_0).
+std::vector<std::string> fabricNics() {
+  std::vector<std::string> names;
+  for (const char* directory : {"/sys/class/cxi", "/sys/class/infiniband"}) {
+    DIR* entries = opendir(directory);
+    if (entries == nullptr) continue;
+    while (dirent* entry = readdir(entries))
+      if (entry->d_name[0] != '.') names.push_back(entry->d_name);
+    closedir(entries);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// fi_getinfo for `provider`'s reliable tagged endpoints, every domain (not
+// only the asked ones: utility providers such as ofi_rxm may not filter by
+// domain, and an error names those there are); null, with `failure`, where
+// it has none.
+fi_info* getinfoFor(const LibFabric& library, const std::string& provider, std::string* failure) {
+  fi_info* hints = library.dupinfo(nullptr);
+  hints->caps = FI_TAGGED;
+  hints->mode = FI_CONTEXT | FI_CONTEXT2;
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->domain_attr->threading = FI_THREAD_DOMAIN;
+  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY |
+                                FI_MR_ENDPOINT;
+  hints->fabric_attr->prov_name = strdup(provider.c_str());
+  fi_info* list = nullptr;
+  const int status = library.getinfo(FI_VERSION(1, 10), nullptr, nullptr, 0, hints, &list);
+  library.freeinfo(hints);
+  if (status == 0 && list != nullptr) return list;
+  *failure = library.strerror(-status);
+  return nullptr;
+}
+
 }  // namespace
 
 size_t eagerBytes(const fi_info* info) {
@@ -114,26 +153,44 @@ bool registersLocalBuffers(const fi_info* info) {
 
 FabricChoice chooseFabric(const LibFabric& library, int localIndex) {
   FabricChoice choice;
-  const std::string provider = envString("MOJOCCL_FABRIC_PROVIDER", "cxi");
+  const std::string setting = envString("MOJOCCL_FABRIC_PROVIDER", "auto");
   const std::vector<std::string> asked = commaSeparated(envString("MOJOCCL_FABRIC_DOMAIN"));
+  const std::vector<std::string> nics = fabricNics();
+  // ofi_rxm reads its eager limit once, when libfabric first loads its
+  // providers: it must be decided before the first fi_getinfo, so before
+  // `auto` knows what it will find. It is raised where tcp is asked for,
+  // or where no fabric NIC is present and tcp is all `auto` can find.
+  if (setting == "tcp" || (setting == "auto" && nics.empty()))
+    setenv("FI_OFI_RXM_EAGER_LIMIT", std::to_string(kTcpEagerLimit).c_str(), /*overwrite=*/0);
 
-  fi_info* hints = library.dupinfo(nullptr);
-  hints->caps = FI_TAGGED;
-  hints->mode = FI_CONTEXT | FI_CONTEXT2;
-  hints->ep_attr->type = FI_EP_RDM;
-  hints->domain_attr->threading = FI_THREAD_DOMAIN;
-  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY |
-                                FI_MR_ENDPOINT;
-  hints->fabric_attr->prov_name = strdup(provider.c_str());
-  if (provider == "tcp") setenv("FI_OFI_RXM_EAGER_LIMIT", std::to_string(kTcpEagerLimit).c_str(), /*overwrite=*/0);
-  // Every domain, not only the asked ones: utility providers (ofi_rxm) may
-  // not filter by domain, and an error names those there are.
-  const int status = library.getinfo(FI_VERSION(1, 10), nullptr, nullptr, 0, hints, &choice.list);
-  library.freeinfo(hints);
-  if (status != 0 || choice.list == nullptr) {
-    choice.failure = "libfabric " + library.versionText() + " (" + library.path + ") has no provider '" +
-                     provider + "' offering reliable tagged messages (FI_EP_RDM, FI_TAGGED): " +
-                     library.strerror(-status) + ". Providers here: " + joined(library.providers()) +
+  std::string provider = setting;
+  std::string failure;
+  if (setting == "auto") {
+    // The fabric NICs' providers first, in NCCL's spirit: the fastest
+    // network present, sockets last.
+    for (const char* candidate : kAutoProviders) {
+      provider = candidate;
+      choice.list = getinfoFor(library, provider, &failure);
+      if (choice.list != nullptr) break;
+    }
+    choice.how = "MOJOCCL_FABRIC_PROVIDER=auto";
+    if (choice.list != nullptr && provider == "tcp" && !nics.empty())
+      choice.warning = "fabric NIC" + std::string(nics.size() > 1 ? "s " : " ") + joined(nics) +
+                       " present, but libfabric " + library.versionText() + " (" + library.path +
+                       ") offers none of cxi, verbs, efa over " + std::string(nics.size() > 1 ? "them" : "it") +
+                       ": collectives between nodes go over TCP, many times slower. Load the site's "
+                       "libfabric (module load libfabric, or MOJOCCL_LIBFABRIC=<its libfabric.so.1>)";
+  } else {
+    choice.list = getinfoFor(library, provider, &failure);
+    choice.how = "MOJOCCL_FABRIC_PROVIDER=" + setting;
+  }
+  if (choice.list == nullptr) {
+    choice.failure = "libfabric " + library.versionText() + " (" + library.path + ") has no provider " +
+                     (setting == "auto" ? "of " + joined(std::vector<std::string>(std::begin(kAutoProviders),
+                                                                                  std::end(kAutoProviders)))
+                                        : "'" + provider + "'") +
+                     " offering reliable tagged messages (FI_EP_RDM, FI_TAGGED): " + failure +
+                     ". Providers here: " + joined(library.providers()) +
                      ". Set MOJOCCL_FABRIC_PROVIDER to one of them (cxi on Slingshot, verbs on "
                      "InfiniBand, tcp elsewhere)";
     return choice;
@@ -183,9 +240,9 @@ FabricChoice chooseFabric(const LibFabric& library, int localIndex) {
   return choice;
 }
 
-std::string describeFabric(const fi_info* info, const LibFabric& library) {
-  return std::string(info->fabric_attr->prov_name) + " on " + info->domain_attr->name + " (libfabric " +
-         library.versionText() + ", " + library.path + ")";
+std::string describeFabric(const FabricChoice& choice, const LibFabric& library) {
+  return std::string(choice.info->fabric_attr->prov_name) + " on " + choice.info->domain_attr->name +
+         " (libfabric " + library.versionText() + ", " + library.path + ", " + choice.how + ")";
 }
 
 }  // namespace mojoccl

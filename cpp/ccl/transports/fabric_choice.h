@@ -1,5 +1,6 @@
 // Which libfabric provider and domain (NIC) a rank's endpoint opens, from
-// MOJOCCL_FABRIC_PROVIDER, MOJOCCL_FABRIC_DOMAIN and MOJOCCL_SOCKET_IFNAME:
+// MOJOCCL_FABRIC_PROVIDER (by default `auto`: cxi, verbs, efa, then tcp,
+// the first libfabric offers), MOJOCCL_FABRIC_DOMAIN and MOJOCCL_SOCKET_IFNAME:
 // chosen by one function for the transport and for `torch-mojo doctor`
 // (mojocclDescribeFabric).
 #pragma once
@@ -18,6 +19,8 @@ struct FabricChoice {
   fi_info* list = nullptr;  // fi_getinfo's answer, the caller's to free
   fi_info* info = nullptr;  // the entry of `list` to open; null on failure
   std::string failure;      // why there is none, and what to set
+  std::string how;          // "MOJOCCL_FABRIC_PROVIDER=auto", or as set
+  std::string warning;      // a fabric NIC present but not used, and what to do
 };
 
 // The domain for the rank at `localIndex` among its node's ranks:
@@ -43,7 +46,8 @@ bool registersLocalBuffers(const fi_info* info);
 bool forcedLocalRegistration();
 int64_t stagingMegabytes();  // MOJOCCL_REGION_MB
 
-// "tcp;ofi_rxm on lo (libfabric 1.17, /usr/lib/.../libfabric.so.1)"
-std::string describeFabric(const fi_info* info, const LibFabric& library);
+// "tcp;ofi_rxm on lo (libfabric 1.17, /usr/lib/.../libfabric.so.1,
+// MOJOCCL_FABRIC_PROVIDER=auto)"
+std::string describeFabric(const FabricChoice& choice, const LibFabric& library);
 
 }  // namespace mojoccl

@@ -180,9 +180,9 @@ def gather() -> dict:
 
 
 def network_of(fabric: dict) -> str:
-    """slingshot where cxi is chosen by the user or is the default beside a
-    cxi NIC; infiniband beside an InfiniBand HCA; else ethernet."""
-    if fabric["provider"] == "cxi" and ("cxi" in fabric["hardware"] or fabric["provider_source"] != "the default"):
+    """slingshot where cxi is chosen (by the user, or by `auto` beside a cxi
+    NIC); infiniband beside an InfiniBand HCA; else ethernet."""
+    if fabric["provider"] == "cxi":
         return "slingshot"
     return "infiniband" if "verbs" in fabric["hardware"] else "ethernet"
 

@@ -1,0 +1,33 @@
+// torch's OpenMP threads and the other ranks that share the node's cores.
+//
+// torch's intra-op threads are an OpenMP team (libgomp in the PyPI and
+// conda-forge builds). Between parallel regions libgomp lets them spin
+// 300,000 rounds before they sleep, only 100 once it counts more OpenMP
+// threads than CPUs. It counts its own process's threads alone: ranks
+// that share a node's cores each take the cores for their own, and their
+// spinning threads hold the cores the other ranks compute on (2 ranks x 2
+// threads on 2 cores: examples/train_fsdp2.py 2.4x slower). libgomp reads
+// its settings once, when it loads, and has no call to change them; what
+// it does look at, at every wait, is how many threads it runs. So where
+// the node's ranks times torch's threads outnumber the cores, a rank's
+// worker thread holds a team of idle threads big enough to carry that
+// count past the CPUs: the compute threads then spin briefly and sleep,
+// as they would in one process that outnumbered its cores.
+//
+// No torch headers here.
+#pragma once
+
+#include <string>
+
+namespace torch_mojo {
+
+// Run on a thread that lives as long as the group (its worker): the idle
+// team lives until that thread ends. One team per process, whatever the
+// groups. Returns what was done, for the trace, or "" when nothing was
+// needed or torch's threads are not libgomp's.
+std::string yieldOpenMpToOtherRanks(int ranksOnNode);
+
+// When that thread ends: a later group may hold the team instead.
+void releaseOpenMpYield();
+
+}  // namespace torch_mojo
