@@ -41,6 +41,7 @@ def test_accelerate_trains_on_mojo_as_on_gloo():
 
 def test_trainer_trains_and_resumes_on_mojo_as_on_gloo():
     out = on_mojo_and_gloo("trainer_train.py")
+    assert "backend mojo, 2 ranks" in out, out
     first = {line.split()[1]: line.split()[-1] for line in losses(out)}
     resumed = {line.split()[2]: line.split()[-1] for line in losses(out, "resumed:")}
     assert resumed and all(first[step] == loss for step, loss in resumed.items()), out

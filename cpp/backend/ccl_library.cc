@@ -60,7 +60,7 @@ CclLibrary::CclLibrary(const std::string& path, const std::string& kind) : kind_
   api_.recvAny = reinterpret_cast<decltype(api_.recvAny)>(dlsym(handle_, "mojocclRecvAny"));
   api_.failedRanks =
       reinterpret_cast<decltype(api_.failedRanks)>(dlsym(handle_, "mojocclCommFailedRanks"));
-  api_.commNodes = reinterpret_cast<decltype(api_.commNodes)>(dlsym(handle_, "mojocclCommNodes"));
+  api_.coreSharing = reinterpret_cast<decltype(api_.coreSharing)>(dlsym(handle_, "mojocclCommCoreSharing"));
   api_.allToAllv = reinterpret_cast<decltype(api_.allToAllv)>(dlsym(handle_, "ncclAllToAllv"));
   check(api_.getVersion(&version_), "ncclGetVersion", nullptr);
 }

@@ -49,10 +49,10 @@ struct CclApi {
   ncclResult_t (*memAlloc)(void**, size_t);
   ncclResult_t (*memFree)(void*);
   // libmojoccl's own: a receive from any rank; the ranks that failed; the
-  // nodes the ranks are on.
+  // ranks that share this rank's cores.
   ncclResult_t (*recvAny)(void*, size_t, ncclDataType_t, int*, ncclComm_t, ncclStream_t);
   ncclResult_t (*failedRanks)(ncclComm_t, int*, int*);
-  ncclResult_t (*commNodes)(ncclComm_t, int*, int*, int*);
+  ncclResult_t (*coreSharing)(ncclComm_t, int*, int*);
   // RCCL's and libmojoccl's (not NCCL's): an all-to-all.
   ncclResult_t (*allToAllv)(const void*, const size_t*, const size_t*, void*, const size_t*, const size_t*,
                             ncclDataType_t, ncclComm_t, ncclStream_t);

@@ -111,11 +111,11 @@ std::vector<int> Communicator::failedRanks() {
   return ranks;
 }
 
-int Communicator::ranksOnThisNode() {
-  if (comm_ == nullptr || aborted_ || api().commNodes == nullptr) return 0;
-  int nodes = 0, localRanks = 0, localRank = 0;
-  library_->check(api().commNodes(comm_, &nodes, &localRanks, &localRank), "mojocclCommNodes", comm_);
-  return localRanks;
+Communicator::CoreSharing Communicator::coreSharing() {
+  CoreSharing sharing;
+  if (comm_ == nullptr || aborted_ || api().coreSharing == nullptr) return sharing;
+  library_->check(api().coreSharing(comm_, &sharing.ranks, &sharing.cpus), "mojocclCommCoreSharing", comm_);
+  return sharing;
 }
 
 void Communicator::abort() {

@@ -53,9 +53,14 @@ class Communicator {
   // The ranks the library knows to have ended without leaving the
   // communicator; always empty with NCCL and RCCL, which do not say.
   std::vector<int> failedRanks();
-  // How many of the communicator's ranks share this rank's node; 0 where
-  // the library does not say (NCCL, RCCL).
-  int ranksOnThisNode();
+  // How many of the communicator's ranks run on CPUs that overlap this
+  // rank's, and how many CPUs they have together; {0, 0} where the library
+  // does not say (NCCL, RCCL).
+  struct CoreSharing {
+    int ranks = 0;
+    int cpus = 0;
+  };
+  CoreSharing coreSharing();
   // An error the library met on its own since the last call (a broken
   // connection, a device fault), or "" while all is well.
   std::string asyncError();

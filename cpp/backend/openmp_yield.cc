@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 
 #include <ATen/Parallel.h>
@@ -13,6 +14,11 @@
 namespace torch_mojo {
 
 namespace {
+
+// Past this many idle threads a rank would rather be told to use fewer
+// threads than hold them (and a node of many ranks would risk its limit
+// on processes).
+constexpr int kMostIdleThreads = 64;
 
 std::atomic<bool> teamHeld{false};
 thread_local bool holdsTeam = false;
@@ -35,14 +41,20 @@ SetNumThreads torchsOpenMp() {
 
 }  // namespace
 
-std::string yieldOpenMpToOtherRanks(int ranksOnNode) {
+std::string yieldOpenMpToOtherRanks(int ranksSharingCores, int sharedCpus) {
   const int threads = at::get_num_threads();  // torch's team size, this thread's from now on
-  const int cpus = cpusOfProcess();
+  const int cpus = cpusOfProcess();            // what libgomp counts against
   // One thread never spins; more threads than CPUs already make libgomp yield.
-  if (threads < 2 || threads > cpus || ranksOnNode * threads <= cpus) return "";
+  if (threads < 2 || threads > cpus || ranksSharingCores * threads <= sharedCpus) return "";
+  const std::string shared = std::to_string(ranksSharingCores) + " ranks x " + std::to_string(threads) +
+                             " torch threads share " + std::to_string(sharedCpus) + " CPUs: ";
+  const int team = cpus - threads + 2;  // with torch's own team: one thread more than the CPUs
+  static std::atomic<bool> advised{false};
+  if (team > kMostIdleThreads + 1)
+    return advised.exchange(true) ? "" : shared + "OpenMP's idle threads spin on the other ranks' cores; set OMP_NUM_THREADS=" +
+           std::to_string(std::max(1, sharedCpus / ranksSharingCores)) + " (or bind each rank to cores of its own)";
   SetNumThreads setThreads = torchsOpenMp();
   if (setThreads == nullptr || teamHeld.exchange(true)) return "";
-  const int team = cpus - threads + 2;  // with torch's own team: one thread more than the CPUs
   setThreads(team);
   if (at::get_num_threads() != team) {  // torch's threads are not this libgomp's
     setThreads(threads);
@@ -58,9 +70,7 @@ std::string yieldOpenMpToOtherRanks(int ranksOnNode) {
   setThreads(1);
   holdsTeam = true;
   const int held = team - 1;
-  return std::to_string(ranksOnNode) + " ranks x " + std::to_string(threads) +
-         " torch threads share " + std::to_string(cpus) +
-         " CPUs: OpenMP's idle threads sleep instead of spinning (" + std::to_string(held) +
+  return shared + "OpenMP's idle threads sleep instead of spinning (" + std::to_string(held) +
          " idle OpenMP thread" + (held == 1 ? "" : "s") + " held)";
 }
 

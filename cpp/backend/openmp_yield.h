@@ -9,10 +9,12 @@
 // threads on 2 cores: examples/train_fsdp2.py 2.4x slower). libgomp reads
 // its settings once, when it loads, and has no call to change them; what
 // it does look at, at every wait, is how many threads it runs. So where
-// the node's ranks times torch's threads outnumber the cores, a rank's
-// worker thread holds a team of idle threads big enough to carry that
-// count past the CPUs: the compute threads then spin briefly and sleep,
-// as they would in one process that outnumbered its cores.
+// the ranks whose CPUs overlap (libmojoccl's mojocclCommCoreSharing) times
+// torch's threads outnumber those CPUs, a rank's worker thread holds a
+// team of idle threads big enough to carry libgomp's count past its CPUs:
+// the compute threads then spin briefly and sleep, as they would in one
+// process that outnumbered its cores. Ranks bound to cores of their own
+// are left as they are.
 //
 // No torch headers here.
 #pragma once
@@ -25,7 +27,7 @@ namespace torch_mojo {
 // team lives until that thread ends. One team per process, whatever the
 // groups. Returns what was done, for the trace, or "" when nothing was
 // needed or torch's threads are not libgomp's.
-std::string yieldOpenMpToOtherRanks(int ranksOnNode);
+std::string yieldOpenMpToOtherRanks(int ranksSharingCores, int sharedCpus);
 
 // When that thread ends: a later group may hold the team instead.
 void releaseOpenMpYield();

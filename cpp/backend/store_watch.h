@@ -5,13 +5,16 @@
 // the store fails, and torch's store client prints a warning with a C++
 // backtrace on each. So each process keeps one idle connection of its own
 // to each store server it uses: it reads end-of-file the moment the server
-// goes, and the groups stop calling a store that is gone.
+// goes, and the groups stop calling a store that is gone. An end is
+// confirmed by connecting again: a connection something on the way dropped
+// for being idle is replaced, not taken for the server's end.
 //
 // No torch headers here.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 namespace torch_mojo {
@@ -25,12 +28,18 @@ class StoreWatch {
   StoreWatch(const StoreWatch&) = delete;
   StoreWatch& operator=(const StoreWatch&) = delete;
 
-  // True once the server has closed the connection (its process ended).
-  bool gone() const;
+  // True once the connection ended and the server refuses a new one (its
+  // process ended).
+  bool gone();
 
  private:
-  explicit StoreWatch(int socket) : socket_(socket) {}
+  StoreWatch(std::string host, uint16_t port, int socket)
+      : host_(std::move(host)), port_(port), socket_(socket) {}
+  const std::string host_;
+  const uint16_t port_;
+  std::mutex mutex_;
   int socket_;
+  bool gone_ = false;
 };
 
 }  // namespace torch_mojo

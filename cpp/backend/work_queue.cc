@@ -400,7 +400,8 @@ void ProcessGroupMojo::workerLoop(std::promise<std::string> started) {
   constexpr auto kDevicePoll = std::chrono::milliseconds(1);
   std::string openMp;
   try {
-    openMp = yieldOpenMpToOtherRanks(host_->ranksOnThisNode());
+    const Communicator::CoreSharing sharing = host_->coreSharing();
+    openMp = yieldOpenMpToOtherRanks(sharing.ranks, sharing.cpus);
   } catch (const std::exception&) {
     // A library that cannot say where its ranks are leaves OpenMP as it is.
   }

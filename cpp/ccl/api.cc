@@ -205,7 +205,8 @@ MOJOCCL_API ncclResult_t mojocclDescribeFabric(int localRank, char* text, size_t
   return guarded([&] {
     if (text == nullptr || size == 0) mojoccl::fail(ncclInvalidArgument, "mojocclDescribeFabric: no buffer");
     const mojoccl::LibFabric& library = mojoccl::LibFabric::get();
-    mojoccl::FabricChoice choice = mojoccl::chooseFabric(library, localRank < 0 ? 0 : localRank);
+    mojoccl::FabricChoice choice =
+        mojoccl::chooseFabric(library, localRank < 0 ? 0 : localRank, mojoccl::wantsTcpEagerLimit());
     std::string description = choice.info ? mojoccl::describeFabric(choice, library) : "";
     if (choice.list) library.freeinfo(choice.list);
     if (!choice.failure.empty()) mojoccl::fail(ncclInvalidUsage, choice.failure);
@@ -410,6 +411,15 @@ MOJOCCL_API ncclResult_t mojocclCommNodes(ncclComm_t comm, int* nodes, int* loca
     *nodes = comm->impl.nodeCount();
     *localRanks = comm->impl.localRanks();
     *localRank = comm->impl.localIndex();
+  });
+}
+
+MOJOCCL_API ncclResult_t mojocclCommCoreSharing(ncclComm_t comm, int* ranks, int* cpus) {
+  return guarded([&] {
+    if (comm == nullptr || ranks == nullptr || cpus == nullptr)
+      mojoccl::fail(ncclInvalidArgument, "mojocclCommCoreSharing: comm, ranks or cpus is NULL");
+    *ranks = comm->impl.coreSharers();
+    *cpus = comm->impl.sharedCpus();
   });
 }
 

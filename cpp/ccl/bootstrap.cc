@@ -3,6 +3,7 @@
 #include <netinet/in.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -238,6 +239,9 @@ RankInfo describeThisRank(int rank) {
     hostId = std::string(info.hostname) + "/" + bootId;
   }
   info.hostHash = hashString(hostId);
+  cpu_set_t cpus;
+  static_assert(sizeof(info.cpus) == sizeof(cpus), "RankInfo::cpus holds a cpu_set_t");
+  if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0) memcpy(info.cpus, &cpus, sizeof(cpus));
   return info;
 }
 

@@ -22,6 +22,7 @@ struct RankInfo {
   int32_t pid;
   uint64_t hostHash;  // ranks with equal hashes share a node (MOJOCCL_HOSTID overrides)
   char hostname[64];
+  uint64_t cpus[16];  // the CPUs it may run on (its affinity mask, 1,024 of them)
 };
 
 // A new unique id, with its root thread already listening.

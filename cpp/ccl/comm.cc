@@ -60,6 +60,7 @@ Comm::Comm(const ncclUniqueId& id, int nranks, int rank)
 
   const auto& ranks = bootstrap.ranks();
   groupIntoNodes(ranks);
+  findCoreSharers(ranks);
   std::vector<ShmPeer> peers;
   for (int peer : nodes_[node_]) peers.push_back({peer, ranks[peer].pid});
   localIndex_ = static_cast<int>(std::find(nodes_[node_].begin(), nodes_[node_].end(), rank) -
@@ -68,6 +69,23 @@ Comm::Comm(const ncclUniqueId& id, int nranks, int rank)
                                         kSlotBytes, aborted_);
   if (nodes_.size() > 1) openFabric(bootstrap);
   bootstrap.close();
+}
+
+// By the real host name, not MOJOCCL_HOSTID: "nodes" of one machine share its cores.
+void Comm::findCoreSharers(const std::vector<RankInfo>& ranks) {
+  const RankInfo& me = ranks[rank_];
+  uint64_t together[16] = {};
+  coreSharers_ = 0;
+  for (const auto& info : ranks) {
+    if (strncmp(info.hostname, me.hostname, sizeof(me.hostname)) != 0) continue;
+    bool overlaps = false;
+    for (int word = 0; word < 16; ++word) overlaps |= (info.cpus[word] & me.cpus[word]) != 0;
+    if (!overlaps) continue;
+    ++coreSharers_;
+    for (int word = 0; word < 16; ++word) together[word] |= info.cpus[word];
+  }
+  sharedCpus_ = 0;
+  for (uint64_t word : together) sharedCpus_ += __builtin_popcountll(word);
 }
 
 void Comm::groupIntoNodes(const std::vector<RankInfo>& ranks) {

@@ -109,6 +109,11 @@ class Comm {
   int nodeCount() const { return static_cast<int>(nodes_.size()); }
   int localRanks() const { return static_cast<int>(nodes_[node_].size()); }
   int localIndex() const { return localIndex_; }
+  // The ranks of this machine whose CPUs overlap this rank's (itself
+  // included), and how many CPUs they may run on between them: what the
+  // process group needs to know whether torch's threads outnumber the cores.
+  int coreSharers() const { return coreSharers_; }
+  int sharedCpus() const { return sharedCpus_; }
 
   // Calls in progress; ncclCommAbort waits for them before freeing the comm.
   std::atomic<int> activeCalls{0};
@@ -117,6 +122,7 @@ class Comm {
   template <typename Describe, typename Algorithm>
   void run(Describe what, Algorithm algorithm);
   void validate(const Call& call) const;
+  void findCoreSharers(const std::vector<RankInfo>& ranks);
   void groupIntoNodes(const std::vector<RankInfo>& ranks);
   void openFabric(Bootstrap& bootstrap);
 
@@ -223,7 +229,9 @@ class Comm {
   std::vector<std::vector<int>> nodes_;  // each node's ranks; nodes ordered by their lowest rank
   std::vector<int> nodeOfRank_;
   int node_ = 0;  // ours
-  int localIndex_ = 0;  // our place among our node's ranks
+  int localIndex_ = 0;
+  int coreSharers_ = 1;
+  int sharedCpus_ = 0;  // our place among our node's ranks
   bool rails_ = false;
   std::vector<char> railBuffer_;  // a rail all-reduce or broadcast that the node's ranks do not divide
   // They go in the reverse order of these lines (releaseTransports() too):

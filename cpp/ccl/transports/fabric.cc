@@ -56,7 +56,10 @@ FabricTransport::FabricTransport(Bootstrap& bootstrap, int rank, int localIndex,
     fail(ncclInvalidUsage, "libmojoccl's fabric transport serves at most " +
                                std::to_string(kMaxRanks) + " ranks");
   std::optional<SignalHandlersKept> handlers(std::in_place);  // while providers load
-  FabricChoice choice = chooseFabric(library_, localIndex);
+  const char wantsLimit = wantsTcpEagerLimit() ? 1 : 0;
+  const std::vector<char> everyones = bootstrap.allGather(&wantsLimit, 1);
+  const bool raiseLimit = std::all_of(everyones.begin(), everyones.end(), [](char yes) { return yes == 1; });
+  FabricChoice choice = chooseFabric(library_, localIndex, raiseLimit);
   infoList_ = choice.list;
   info_ = choice.info;
   how_ = choice.how;

@@ -151,17 +151,17 @@ bool registersLocalBuffers(const fi_info* info) {
   return (info->domain_attr->mr_mode & FI_MR_LOCAL) || forcedLocalRegistration();
 }
 
-FabricChoice chooseFabric(const LibFabric& library, int localIndex) {
+bool wantsTcpEagerLimit() {
+  const std::string setting = envString("MOJOCCL_FABRIC_PROVIDER", "auto");
+  return setting == "tcp" || (setting == "auto" && fabricNics().empty());
+}
+
+FabricChoice chooseFabric(const LibFabric& library, int localIndex, bool raiseTcpEagerLimit) {
   FabricChoice choice;
   const std::string setting = envString("MOJOCCL_FABRIC_PROVIDER", "auto");
   const std::vector<std::string> asked = commaSeparated(envString("MOJOCCL_FABRIC_DOMAIN"));
   const std::vector<std::string> nics = fabricNics();
-  // ofi_rxm reads its eager limit once, when libfabric first loads its
-  // providers: it must be decided before the first fi_getinfo, so before
-  // `auto` knows what it will find. It is raised where tcp is asked for,
-  // or where no fabric NIC is present and tcp is all `auto` can find.
-  if (setting == "tcp" || (setting == "auto" && nics.empty()))
-    setenv("FI_OFI_RXM_EAGER_LIMIT", std::to_string(kTcpEagerLimit).c_str(), /*overwrite=*/0);
+  if (raiseTcpEagerLimit) setenv("FI_OFI_RXM_EAGER_LIMIT", std::to_string(kTcpEagerLimit).c_str(), /*overwrite=*/0);
 
   std::string provider = setting;
   std::string failure;

@@ -32,7 +32,19 @@ struct FabricChoice {
 //   those on this rank's NUMA node (all where none is), local rank i taking
 //   the (i mod n)th;
 // - else the provider's first.
-FabricChoice chooseFabric(const LibFabric& library, int localIndex);
+//
+// `raiseTcpEagerLimit` sets FI_OFI_RXM_EAGER_LIMIT to 128 KiB unless the
+// user set it; it works only before the process's first fi_getinfo.
+FabricChoice chooseFabric(const LibFabric& library, int localIndex, bool raiseTcpEagerLimit);
+
+// Whether this rank would raise ofi_rxm's eager limit over tcp. ofi_rxm
+// reads it once, when libfabric first loads its providers: before `auto`
+// knows what it will find. So it is raised where tcp is asked for, or
+// where `auto` sees no fabric NIC (/sys/class/cxi, /sys/class/infiniband)
+// and tcp is all it can find. The ranks of a job agree on it first
+// (every rank's answer must be yes): ranks that cut messages by different
+// sizes would not meet.
+bool wantsTcpEagerLimit();
 
 // The largest message `info`'s provider sends at once, without a
 // rendezvous round trip (for `net`, which sends every message at once, the

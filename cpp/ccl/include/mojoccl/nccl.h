@@ -173,6 +173,13 @@ ncclResult_t mojocclCommNodes(ncclComm_t comm, int* nodes, int* localRanks, int*
  * where it is NULL, the one this process's MOJOCCL_NET_ALGO lets the model
  * choose; its name goes to `chosen` (`size` bytes) and its predicted time
  * to *seconds. What `torch-mojo bench --model` prints. */
+/* libmojoccl's own: how many of `comm`'s ranks run on this machine on CPUs
+ * that overlap this rank's affinity mask (itself included), and how many
+ * CPUs their masks cover together. Ranks bound to cores of their own count
+ * 1. The process group judges from it whether torch's threads outnumber
+ * the cores. */
+ncclResult_t mojocclCommCoreSharing(ncclComm_t comm, int* ranks, int* cpus);
+
 ncclResult_t mojocclPredictAllReduce(int nodes, size_t bytes, const char* algorithm, char* chosen, size_t size,
                                      double* seconds);
 
