@@ -84,8 +84,9 @@ def test_accelerate_making_a_gloo_group_is_warned_about(tmp_path):
         "torch_mojo.register_mojo_devices()\n"
         "from accelerate import Accelerator\n"
         "accelerator = Accelerator(cpu=True)\n"
-        "print('backend', torch.distributed.get_backend(), flush=True)\n"
+        "import sys; sys.stdout.write(f'rank {accelerator.process_index}: {torch.distributed.get_backend()}\\n')\n"
         "accelerator.end_training()\n")
     out, err = run_torchrun([str(script)], 2, env=QUIET, timeout=300)
-    assert out.count("backend gloo") == 2, out
+    # The words of both ranks' lines, whatever order their writes came in.
+    assert sorted(out.split()) == sorted("rank 0: gloo rank 1: gloo".split()), out
     assert err.count(TAKES_GLOO) == 2, err
