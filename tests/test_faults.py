@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.harness import RanksJob, run_worker, worker_command
+from tests.harness import RanksJob, free_port, run_worker, worker_command
 
 TIMEOUT_S = 4
 
@@ -190,8 +190,6 @@ def test_ranks_under_mp_spawn_outlive_the_store_quietly_and_share_the_cores(tmp_
     # mp.spawn and Lightning's launcher: rank 0 hosts the store and leaves
     # first, without destroy_process_group(). The others stop using the
     # store, with no word from torch's store client.
-    from tests.harness import free_port
-
     script = tmp_path / "spawned.py"
     script.write_text(SPAWNED)
     done = subprocess.run([sys.executable, str(script), str(free_port())], capture_output=True, text=True,

@@ -86,12 +86,11 @@ c10::intrusive_ptr<c10d::Store> jobStore(const c10::intrusive_ptr<c10d::Store>& 
   return forThisAttempt(prefixed != nullptr ? prefixed->getUnderlyingNonPrefixStore() : store);
 }
 
-// Where the job's store is a TCPStore, a watch on its server.
+// Where the store under the groups' prefixes is a TCPStore, a watch on its server.
 std::shared_ptr<StoreWatch> watchServerOf(const c10::intrusive_ptr<c10d::Store>& store) {
-  auto job = jobStore(store);
-  auto* prefixed = dynamic_cast<c10d::PrefixStore*>(job.get());
-  auto* tcp = dynamic_cast<c10d::TCPStore*>(prefixed != nullptr ? prefixed->getUnderlyingNonPrefixStore().get()
-                                                                 : job.get());
+  auto* prefixed = dynamic_cast<c10d::PrefixStore*>(store.get());
+  auto base = prefixed != nullptr ? prefixed->getUnderlyingNonPrefixStore() : store;
+  auto* tcp = dynamic_cast<c10d::TCPStore*>(base.get());
   return tcp != nullptr ? StoreWatch::of(tcp->getHost(), tcp->getPort()) : nullptr;
 }
 

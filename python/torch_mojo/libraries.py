@@ -365,10 +365,9 @@ def fabric_provider_choice(providers: list[str]) -> dict:
     def offered(provider):
         return any(name == provider or name.startswith(provider + ";") for name in providers)
 
-    provider = setting
     if setting == "auto":
         provider = next((name for name in AUTO_PROVIDERS if offered(name)), AUTO_PROVIDERS[-1])
-    source = "MOJOCCL_FABRIC_PROVIDER" if chosen else "the default"
-    if setting == "auto":
-        source = f"auto, {source}" if not chosen else "MOJOCCL_FABRIC_PROVIDER=auto"
+        source = "MOJOCCL_FABRIC_PROVIDER=auto" if chosen else "auto, the default"
+    else:
+        provider, source = setting, "MOJOCCL_FABRIC_PROVIDER" if chosen else "the default"
     return {"provider": provider, "source": source, "offered": offered(provider)}
