@@ -61,6 +61,7 @@ CclLibrary::CclLibrary(const std::string& path, const std::string& kind) : kind_
   api_.failedRanks =
       reinterpret_cast<decltype(api_.failedRanks)>(dlsym(handle_, "mojocclCommFailedRanks"));
   api_.coreSharing = reinterpret_cast<decltype(api_.coreSharing)>(dlsym(handle_, "mojocclCommCoreSharing"));
+  api_.rejected = reinterpret_cast<decltype(api_.rejected)>(dlsym(handle_, "mojocclCommRejected"));
   api_.allToAllv = reinterpret_cast<decltype(api_.allToAllv)>(dlsym(handle_, "ncclAllToAllv"));
   check(api_.getVersion(&version_), "ncclGetVersion", nullptr);
 }

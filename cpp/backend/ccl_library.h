@@ -49,10 +49,11 @@ struct CclApi {
   ncclResult_t (*memAlloc)(void**, size_t);
   ncclResult_t (*memFree)(void*);
   // libmojoccl's own: a receive from any rank; the ranks that failed; the
-  // ranks that share this rank's cores.
+  // ranks that share this rank's cores; what it turned away.
   ncclResult_t (*recvAny)(void*, size_t, ncclDataType_t, int*, ncclComm_t, ncclStream_t);
   ncclResult_t (*failedRanks)(ncclComm_t, int*, int*);
   ncclResult_t (*coreSharing)(ncclComm_t, int*, int*);
+  ncclResult_t (*rejected)(ncclComm_t, uint64_t*);  // what came from outside the communicator
   // RCCL's and libmojoccl's (not NCCL's): an all-to-all.
   ncclResult_t (*allToAllv)(const void*, const size_t*, const size_t*, void*, const size_t*, const size_t*,
                             ncclDataType_t, ncclComm_t, ncclStream_t);

@@ -118,6 +118,15 @@ Communicator::CoreSharing Communicator::coreSharing() {
   return sharing;
 }
 
+uint64_t Communicator::rejected() {
+  std::unique_lock<std::mutex> lock(mutex_, std::defer_lock);
+  if (abortFreesComm_) lock.lock();
+  uint64_t count = 0;
+  if (comm_ == nullptr || api().rejected == nullptr) return count;
+  library_->check(api().rejected(comm_, &count), "mojocclCommRejected", comm_);
+  return count;
+}
+
 void Communicator::abort() {
   std::unique_lock<std::mutex> lock(mutex_, std::defer_lock);
   if (abortFreesComm_) lock.lock();

@@ -61,6 +61,9 @@ class Communicator {
     int cpus = 0;
   };
   CoreSharing coreSharing();
+  // Connections and messages from outside the communicator it turned away
+  // (docs/security.md); 0 where the library does not say.
+  uint64_t rejected();
   // An error the library met on its own since the last call (a broken
   // connection, a device fault), or "" while all is well.
   std::string asyncError();

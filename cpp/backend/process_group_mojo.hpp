@@ -208,6 +208,9 @@ class ProcessGroupMojo : public c10d::Backend {
   // said it is ending (announceExit): not a rank that aborted the group to
   // go on without the others (a shrink, a timeout).
   std::vector<int> failedRanks();
+  // Connections and messages from outside the group's communicator that
+  // this rank turned away (torch_mojo.distributed.turned_away).
+  uint64_t turnedAway() { return host_->rejected(); }
   // Says in the job's store that this process is ending (its interpreter
   // exits), before its groups are destroyed: its peers then count it as
   // failed, not as a rank that aborted the group to shrink it.

@@ -423,6 +423,13 @@ MOJOCCL_API ncclResult_t mojocclCommCoreSharing(ncclComm_t comm, int* ranks, int
   });
 }
 
+MOJOCCL_API ncclResult_t mojocclCommRejected(ncclComm_t comm, uint64_t* count) {
+  return guarded([&] {
+    if (comm == nullptr || count == nullptr) mojoccl::fail(ncclInvalidArgument, "mojocclCommRejected: comm or count is NULL");
+    *count = comm->impl.rejected();
+  });
+}
+
 MOJOCCL_API ncclResult_t ncclGroupStart(void) {
   ++groupDepth;
   return ncclSuccess;

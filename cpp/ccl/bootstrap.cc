@@ -13,6 +13,7 @@
 
 #include "env.h"
 #include "error.h"
+#include "seal.h"
 
 namespace mojoccl {
 namespace {
@@ -30,7 +31,7 @@ static_assert(sizeof(IdContents) <= NCCL_UNIQUE_ID_BYTES, "unique id too large")
 
 struct Hello {
   uint64_t magic;
-  uint64_t secret;
+  uint64_t proof;  // SealKeys::hello: the unique id's secret, mixed with the job key
   int32_t nranks;
   RankInfo info;
 };
@@ -74,8 +75,8 @@ std::string rankList(const std::vector<int>& ranks) {
 // all-gathers until every rank disconnects.
 class Root {
  public:
-  Root(Socket listener, uint64_t secret, int64_t timeoutSeconds)
-      : listener_(std::move(listener)), secret_(secret), timeout_(timeoutSeconds) {}
+  Root(Socket listener, uint64_t proof, int64_t timeoutSeconds)
+      : listener_(std::move(listener)), proof_(proof), timeout_(timeoutSeconds) {}
 
   void run() {
     try {
@@ -105,7 +106,11 @@ class Root {
       } catch (const Error&) {
         continue;  // a stray or slow connection: not one of ours
       }
-      if (hello.magic != kMagic || hello.secret != secret_) continue;  // wrong id: ignore
+      if (hello.magic != kMagic) continue;  // not libmojoccl: ignore
+      if (hello.proof != proof_) {
+        turnAway(peer);
+        continue;
+      }
       std::string problem = checkHello(hello, nranks);
       if (!problem.empty()) {
         peers_.push_back(std::move(peer));
@@ -141,6 +146,29 @@ class Root {
     return "";
   }
 
+  // A rank of another communicator, or of this one started with another
+  // job key: it learns why at once; the communicator goes on gathering.
+  void turnAway(Socket& peer) {
+    rejections_.record("a process at " + peer.peerName() +
+                       " whose unique id or MOJOCCL_JOB_KEY is not this communicator's");
+    try {
+      const std::string why =
+          "the bootstrap root turned this process away: its unique id or MOJOCCL_JOB_KEY is not the "
+          "communicator's (another job's id from the store, or a job key that differs from rank 0's; "
+          "docs/security.md)";
+      sendReply(peer, 1, why.data(), why.size(), Clock::now() + std::chrono::seconds(2));
+    } catch (const Error&) {
+      // It left already.
+    }
+  }
+
+  std::string turnedAwayNote() const {
+    const uint64_t count = rejections_.count();
+    if (count == 0) return "";
+    return " (" + std::to_string(count) + " process(es) presenting another unique id or MOJOCCL_JOB_KEY were "
+           "turned away: is MOJOCCL_JOB_KEY the same on every rank?)";
+  }
+
   void reportMissing(int nranks) {
     std::vector<int> missing;
     for (int rank = 0; rank < nranks; ++rank)
@@ -150,7 +178,7 @@ class Root {
     sendErrorToAll(peers_, who + " did not join the communicator within " +
                                std::to_string(timeout_) +
                                " s (MOJOCCL_BOOTSTRAP_TIMEOUT_S); check that every rank "
-                               "reaches ncclCommInitRank with the same unique id");
+                               "reaches ncclCommInitRank with the same unique id" + turnedAwayNote());
   }
 
   void serveAllGathers() {
@@ -183,7 +211,8 @@ class Root {
   }
 
   Socket listener_;
-  uint64_t secret_;
+  uint64_t proof_;
+  Rejections rejections_{"the bootstrap root"};
   int64_t timeout_;
   std::vector<Socket> peers_;
   std::vector<RankInfo> table_;
@@ -219,7 +248,8 @@ ncclUniqueId createUniqueId() {
   contents.addressLength = address.length;
   memcpy(contents.address, &address.storage, address.length);
 
-  auto root = std::make_shared<Root>(std::move(listener), contents.secret, bootstrapTimeoutSeconds());
+  const uint64_t proof = deriveSealKeys(contents.secret).hello;
+  auto root = std::make_shared<Root>(std::move(listener), proof, bootstrapTimeoutSeconds());
   std::thread([root] { root->run(); }).detach();
 
   ncclUniqueId id{};
@@ -257,8 +287,9 @@ Bootstrap::Bootstrap(const ncclUniqueId& id, const RankInfo& mine, int nranks, D
   root.length = contents.addressLength;
   memcpy(&root.storage, contents.address, contents.addressLength);
 
+  keys_ = deriveSealKeys(contents.secret);
   socket_ = Socket::connectTo(root, deadline);
-  Hello hello{kMagic, contents.secret, nranks, mine};
+  Hello hello{kMagic, keys_.hello, nranks, mine};
   socket_.sendAll(&hello, sizeof(hello), deadline);
   std::vector<char> table = readReply(socket_, deadline);
   if (table.size() != nranks * sizeof(RankInfo))

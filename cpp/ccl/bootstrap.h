@@ -2,8 +2,8 @@
 //
 // ncclGetUniqueId() starts a root thread listening on this host's bootstrap
 // address; the unique id carries that address and a random secret. Every
-// rank of ncclCommInitRank connects to the root, proves it knows the secret,
-// and receives the table of all ranks. Until the communicator is set up the
+// rank of ncclCommInitRank connects to the root, proves it knows the secret
+// (and the job key, seal.h), and receives the table of all ranks. Until the communicator is set up the
 // root then serves all-gathers (how ranks exchange shared-memory names and
 // set-up errors); when every rank has disconnected it exits.
 #pragma once
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "mojoccl/nccl.h"
+#include "seal.h"
 #include "socket.h"
 
 namespace mojoccl {
@@ -37,6 +38,8 @@ class Bootstrap {
   Bootstrap(const ncclUniqueId& id, const RankInfo& mine, int nranks, Deadline deadline);
 
   const std::vector<RankInfo>& ranks() const { return ranks_; }
+  // What the communicator's ranks prove they belong with (seal.h).
+  const SealKeys& keys() const { return keys_; }
 
   // Every rank contributes `bytes` (the same on every rank); the result holds
   // all contributions in rank order.
@@ -56,6 +59,7 @@ class Bootstrap {
  private:
   Socket socket_;
   std::vector<RankInfo> ranks_;
+  SealKeys keys_;
   Deadline deadline_;
   int rank_;
 };

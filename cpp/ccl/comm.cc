@@ -88,6 +88,10 @@ void Comm::findCoreSharers(const std::vector<RankInfo>& ranks) {
   for (uint64_t word : together) sharedCpus_ += __builtin_popcountll(word);
 }
 
+uint64_t Comm::rejected() const {
+  return (watch_ ? watch_->rejected() : 0) + (fabric_ ? fabric_->rejected() : 0);
+}
+
 void Comm::groupIntoNodes(const std::vector<RankInfo>& ranks) {
   nodeOfRank_.resize(ranks.size());
   for (const auto& info : ranks) {

@@ -114,6 +114,8 @@ class Comm {
   // process group needs to know whether torch's threads outnumber the cores.
   int coreSharers() const { return coreSharers_; }
   int sharedCpus() const { return sharedCpus_; }
+  // Connections and messages from outside the communicator turned away (seal.h).
+  uint64_t rejected() const;
 
   // Calls in progress; ncclCommAbort waits for them before freeing the comm.
   std::atomic<int> activeCalls{0};

@@ -141,6 +141,13 @@ Socket& Socket::operator=(Socket&& other) noexcept {
   return *this;
 }
 
+std::string Socket::peerName() const {
+  SocketAddress address;
+  address.length = sizeof(address.storage);
+  if (getpeername(fd_, reinterpret_cast<sockaddr*>(&address.storage), &address.length) != 0) return "?";
+  return address.toString();
+}
+
 void Socket::close() {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;

@@ -52,6 +52,8 @@ class Socket {
   bool recvAll(void* data, size_t bytes, Deadline deadline);
 
   bool valid() const { return fd_ >= 0; }
+  // "127.0.0.1:41234": the other end, for messages ("?" when unknown).
+  std::string peerName() const;
   int fd() const { return fd_; }
   int release() {
     int fd = fd_;

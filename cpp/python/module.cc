@@ -35,6 +35,7 @@ PYBIND11_MODULE(_C, module) {
       .def_property_readonly("library_path", &ProcessGroupMojo::libraryPath)
       .def_property_readonly("library_version", &ProcessGroupMojo::libraryVersion)
       .def("failed_ranks", &ProcessGroupMojo::failedRanks)
+      .def("turned_away", &ProcessGroupMojo::turnedAway)
       // ProcessGroupNCCL's query, which torch binds for its own class only.
       .def("get_error", &ProcessGroupMojo::getError);
 

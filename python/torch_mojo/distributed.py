@@ -117,18 +117,7 @@ def failed_ranks(group=None, wait=1.0):
     was aborted, the ranks known when it was. Groups whose CPU tensors go
     through NCCL or RCCL cannot tell: TypeError.
     """
-    import torch
-    import torch.distributed as dist
-
-    from torch_mojo._C import ProcessGroupMojo
-
-    group = group if group is not None else dist.distributed_c10d._get_default_group()
-    backend = group._get_backend(torch.device("cpu"))
-    if not isinstance(backend, ProcessGroupMojo):
-        raise TypeError(
-            f"failed_ranks() reads a mojo process group; this group's backend for CPU tensors "
-            f"is {backend.name()}"
-        )
+    backend = _mojo_backend(group, "failed_ranks()")
     deadline = time.monotonic() + wait
     while True:
         ranks = backend.failed_ranks()
@@ -137,4 +126,28 @@ def failed_ranks(group=None, wait=1.0):
         time.sleep(0.01)
 
 
-__all__ = ["failed_ranks", "use_local_rank_gpu"]
+def turned_away(group=None):
+    """How many connections and messages from outside ``group`` (the default
+    group when None) this rank has turned away: processes that knocked on
+    its ports or sent its endpoint messages without the group's proof or
+    key (docs/security.md). Each first one is also logged as a
+    ``[mojoccl] WARNING: ... turned away ...`` line. Groups whose CPU
+    tensors go through NCCL or RCCL cannot tell: TypeError."""
+    return _mojo_backend(group, "turned_away()").turned_away()
+
+
+def _mojo_backend(group, caller):
+    import torch
+    import torch.distributed as dist
+
+    from torch_mojo._C import ProcessGroupMojo
+
+    group = group if group is not None else dist.distributed_c10d._get_default_group()
+    backend = group._get_backend(torch.device("cpu"))
+    if not isinstance(backend, ProcessGroupMojo):
+        raise TypeError(f"{caller} reads a mojo process group; this group's backend for CPU tensors "
+                        f"is {backend.name()}")
+    return backend
+
+
+__all__ = ["failed_ranks", "turned_away", "use_local_rank_gpu"]

@@ -27,6 +27,7 @@ class Variable:
     int_range: tuple[int, int] | None = None  # allowed range, when it is an integer
     used: bool = True  # False: a name of the user guide this version does not read yet
     alias: str = ""  # an older name that means the same (PyTorch's NCCL-era names)
+    secret: bool = False  # its value is never printed (info, doctor): shown_value() hides it
 
     def allowed(self) -> str:
         if self.listed:
@@ -164,6 +165,20 @@ VARIABLES: tuple[Variable, ...] = (
         int_range=(1, 86400),
     ),
     Variable(
+        "MOJOCCL_JOB_KEY",
+        "none",
+        "a secret every rank of a job is given (e.g. by the batch script: `export MOJOCCL_JOB_KEY=$(python3 -c "
+        "'import secrets; print(secrets.token_hex(16))')`), mixed into the unique id's secret: a process that reads the "
+        "c10d store but lacks it cannot join the job (docs/security.md). Must be the same on every rank; never "
+        "printed",
+        secret=True,
+    ),
+    Variable(
+        "MOJOCCL_JOB_KEY_FILE",
+        "none",
+        "a file only its owner can read (mode 600) that holds the job key, instead of `MOJOCCL_JOB_KEY`",
+    ),
+    Variable(
         "MOJOCCL_HOSTID",
         "host name and boot id",
         "ranks with equal values share a node (shared memory); set it to split one "
@@ -281,6 +296,14 @@ VARIABLES: tuple[Variable, ...] = (
         choices=("0", "1"),
     ),
     Variable(
+        "MOJOCCL_FABRIC_DIRECTED_RECV",
+        "1",
+        "`1`: receives between nodes take messages only from the communicator's ranks' addresses where the "
+        "provider can (`FI_DIRECTED_RECV`); `0` takes any source, as on providers that cannot, every message's "
+        "key still checked (runs that path on `tcp`, as the tests do; docs/security.md)",
+        choices=("0", "1"),
+    ),
+    Variable(
         "MOJOCCL_NVLS",
         "on where every GPU supports it",
         "`0` disables the NVLink SHARP (multicast) path",
@@ -309,6 +332,12 @@ class Review:
     invalid: dict[str, str]  # name: what is wrong with its value
 
 
+def shown_value(name: str, value: str) -> str:
+    """`value` as reports may print it: a secret's stays hidden."""
+    variable = BY_NAME.get(name)
+    return "(set; not shown)" if variable is not None and variable.secret and value else value
+
+
 def closest_hint(name: str, known) -> str:
     """"; did you mean X?" for the name of `known` closest to `name`, or ""."""
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
@@ -325,7 +354,7 @@ def review_environment(environ=None) -> Review:
         if variable is None:
             review.unknown[name] = f"{name} is not a torch-mojo variable and has no effect" + closest_hint(name, BY_NAME)
             continue
-        review.known[name] = environ[name]
+        review.known[name] = shown_value(name, environ[name])
         problem = variable.problem_with(environ[name])
         if problem:
             review.invalid[name] = problem.replace(variable.name, name, 1)

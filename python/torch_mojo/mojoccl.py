@@ -71,6 +71,7 @@ class Library:
         lib.mojocclPredictAllReduce.argtypes = [code, size, ctypes.c_char_p, ctypes.c_char_p, size,
                                                 ctypes.POINTER(ctypes.c_double)]
         lib.mojocclPredictBroadcast.argtypes = [code, size, ctypes.c_char_p, size, ctypes.POINTER(ctypes.c_double)]
+        lib.mojocclCommRejected.argtypes = [comm, ctypes.POINTER(ctypes.c_uint64)]
 
     def check(self, code):
         if code != SUCCESS:
@@ -165,6 +166,12 @@ class Library:
         chosen, seconds = ctypes.create_string_buffer(64), ctypes.c_double()
         self.check(self.lib.mojocclPredictBroadcast(nodes, nbytes, chosen, len(chosen), ctypes.byref(seconds)))
         return chosen.value.decode(), seconds.value
+
+    def rejected(self, comm):
+        """Connections and messages from outside `comm` it turned away (docs/security.md)."""
+        count = ctypes.c_uint64()
+        self.check(self.lib.mojocclCommRejected(comm, ctypes.byref(count)))
+        return count.value
 
     def async_error(self, comm):
         value = ctypes.c_int()

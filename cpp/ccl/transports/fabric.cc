@@ -50,7 +50,8 @@ FabricTransport::FabricTransport(Bootstrap& bootstrap, int rank, int localIndex,
       aborted_(aborted),
       ranks_(bootstrap.ranks()),
       sent_(ranks_.size()),
-      received_(ranks_.size()) {
+      received_(ranks_.size()),
+      rejections_("rank " + std::to_string(rank) + "'s fabric endpoint") {
   timeoutSeconds_ = timeoutSeconds;
   if (ranks_.size() > kMaxRanks)
     fail(ncclInvalidUsage, "libmojoccl's fabric transport serves at most " +
@@ -119,6 +120,12 @@ FabricTransport::FabricTransport(Bootstrap& bootstrap, int rank, int localIndex,
   if (staging_) maxMessage_ = std::min(maxMessage_, staging_->slotBytes);
   eagerMessage_ = std::min(maxMessage_, eagerBytes(info_));
   injectBytes_ = info_->tx_attr->inject_size;
+  // A key as wide as the provider's completion data (8 bytes on tcp and
+  // cxi, 4 on verbs and efa).
+  const size_t keyBytes = std::min<size_t>(info_->domain_attr->cq_data_size, 8);
+  keyed_ = keyBytes > 0;
+  key_ = keyBytes >= 8 ? bootstrap.keys().fabric : bootstrap.keys().fabric & ((uint64_t{1} << (8 * keyBytes)) - 1);
+  directed_ = (info_->caps & FI_DIRECTED_RECV) != 0 && directedReceives();
   regionWatch_ = watchRegionFrees([this](uint64_t id) { forgetRegion(id); });
 }
 
@@ -380,8 +387,10 @@ FabricTransport::Ticket FabricTransport::post(int peer, bool isSend, char* base,
 // tcp, up to 64 bytes: a point-to-point swap of 8 bytes 9.2-9.7 us rather
 // than 10.2-10.6).
 bool FabricTransport::submit(Request& request, char* wire, void* descriptor, bool mayInject) {
+  const fi_addr_t peer = addresses_[request.peer];
   if (mayInject && request.isSend && request.bytes <= injectBytes_) {
-    const ssize_t result = fi_tinject(endpoint_, wire, request.bytes, addresses_[request.peer], request.tag);
+    const ssize_t result = keyed_ ? fi_tinjectdata(endpoint_, wire, request.bytes, key_, peer, request.tag)
+                                  : fi_tinject(endpoint_, wire, request.bytes, peer, request.tag);
     if (result == 0) {
       complete(request, request.bytes, "");
       return true;
@@ -391,11 +400,14 @@ bool FabricTransport::submit(Request& request, char* wire, void* descriptor, boo
                                 library_.strerror(static_cast<int>(-result)));
     return false;
   }
-  ssize_t result =
-      request.isSend ? fi_tsend(endpoint_, wire, request.bytes, descriptor, addresses_[request.peer], request.tag,
-                                &request.context)
-                     : fi_trecv(endpoint_, wire, request.bytes, descriptor, FI_ADDR_UNSPEC, request.tag, 0,
-                                &request.context);
+  ssize_t result;
+  if (!request.isSend)
+    result = fi_trecv(endpoint_, wire, request.bytes, descriptor, directed_ ? peer : FI_ADDR_UNSPEC, request.tag, 0,
+                      &request.context);
+  else if (keyed_)
+    result = fi_tsenddata(endpoint_, wire, request.bytes, descriptor, key_, peer, request.tag, &request.context);
+  else
+    result = fi_tsend(endpoint_, wire, request.bytes, descriptor, peer, request.tag, &request.context);
   if (result == -FI_EAGAIN) return false;
   if (result != 0)
     fail(ncclSystemError, std::string("posting a ") + (request.isSend ? "send to" : "receive from") + " rank " +
@@ -543,6 +555,7 @@ void FabricTransport::cancelPending() {
     if (!request.done && request.slot >= 0) staging_->freeSlots[request.isSend].push_back(request.slot);
   }
   for (auto& queue : waitingForSlot_) queue.clear();
+  toRepost_.clear();
   pending_.clear();
   waitedFor_ = buffered_ = 0;
 }
@@ -554,15 +567,51 @@ void FabricTransport::progress(const std::string& what, bool sleep) {
   if (count == -FI_EAVAIL) {
     fi_cq_err_entry error{};
     fi_cq_readerr(cq_, &error, 0);
+    auto* request = reinterpret_cast<Request*>(error.op_context);
+    // A stranger's message longer than the receive: turned away like any other.
+    if (error.err == FI_ETRUNC && request && !request->isSend && !sealed(error.flags, error.data)) {
+      turnAway(*request);
+      repostTurnedAway();
+      return;
+    }
     failRequest(error, what);
   }
   if (count < 0 && count != -FI_EAGAIN)
     fail(ncclSystemError, what + ": fi_cq_read failed: " + library_.strerror(static_cast<int>(-count)));
-  for (ssize_t i = 0; i < count; ++i)
-    complete(*reinterpret_cast<Request*>(entries[i].op_context), entries[i].len, what);
+  for (ssize_t i = 0; i < count; ++i) {
+    Request& request = *reinterpret_cast<Request*>(entries[i].op_context);
+    if (!request.isSend && !sealed(entries[i].flags, entries[i].data))
+      turnAway(request);
+    else
+      complete(request, entries[i].len, what);
+  }
   if (count > 0) pending_.remove_if([](const Request& request) { return request.done; });
+  repostTurnedAway();
   // Into the slots just freed, or again where the provider's queue was full.
   submitStaged();
+}
+
+bool FabricTransport::sealed(uint64_t flags, uint64_t data) const {
+  return !keyed_ || ((flags & FI_REMOTE_CQ_DATA) && data == key_);
+}
+
+void FabricTransport::turnAway(Request& request) {
+  rejections_.record("a message tagged as from rank " + std::to_string(request.peer) +
+                     " that did not carry this communicator's key");
+  toRepost_.push_back(&request);
+}
+
+// Into the same buffer (or staging slot), with the same tag: the real
+// message, when it comes, overwrites whatever the turned-away one left there.
+void FabricTransport::repostTurnedAway() {
+  while (!toRepost_.empty()) {
+    Request& request = *toRepost_.front();
+    const bool staged = request.slot >= 0;
+    char* wire = staged ? staging_->slot(request.slot) : request.user;
+    void* descriptor = staged ? staging_->descriptor : descriptorFor(request.user, request.bytes);
+    if (!submit(request, wire, descriptor)) return;  // tried again at the next progress
+    toRepost_.pop_front();
+  }
 }
 
 void FabricTransport::complete(Request& request, size_t length, const std::string& what) {

@@ -12,6 +12,13 @@
 // deadlock. Large messages need both sides' progress (rendezvous), so a
 // thread progresses buffered sends while no caller is waiting.
 //
+// Sealed: receives take messages only from the communicator's ranks'
+// addresses (FI_DIRECTED_RECV, where the provider has it), and every message
+// carries the communicator's key (seal.h) as its remote completion data,
+// checked before the message counts: a message without it (a stranger's
+// endpoint, a process of another job) is turned away, counted, and its
+// receive posted again, so it never reaches a result.
+//
 // The transport knows nothing of collectives: algorithms/network.cc builds
 // them from these messages.
 #pragma once
@@ -36,6 +43,7 @@
 #include <rdma/fi_domain.h>
 
 #include "../bootstrap.h"
+#include "../seal.h"
 #include "fabric_choice.h"
 #include "libfabric.h"
 
@@ -118,6 +126,8 @@ class FabricTransport {
   std::string describe() const;
   // Prints a line for each memory region registered (MOJOCCL_IB_TRACE).
   void traceRegistrations(bool on) { traceRegistrations_ = on; }
+  // Messages turned away: not from a rank of the communicator, or without its key.
+  uint64_t rejected() const { return rejections_.count(); }
 
  private:
   struct Request {
@@ -152,6 +162,11 @@ class FabricTransport {
   void openStaging();
   void registerStaging();  // at the first staged message
   bool submit(Request& request, char* wire, void* descriptor, bool mayInject = false);
+  // Whether a receive's message carries the communicator's key.
+  bool sealed(uint64_t flags, uint64_t data) const;
+  // A receive whose message was turned away waits for the real one.
+  void turnAway(Request& request);
+  void repostTurnedAway();
   void submitStaged();
   // With mutex_ held, as every function below.
   Ticket post(int peer, bool isSend, char* base, size_t bytes,
@@ -195,6 +210,11 @@ class FabricTransport {
   size_t maxMessage_;
   size_t eagerMessage_;
   size_t injectBytes_ = 0;  // the largest send the provider takes inject
+  uint64_t key_;            // the communicator's (SealKeys::fabric), as much as the provider carries
+  bool keyed_ = false;      // the provider carries remote completion data
+  bool directed_ = false;   // receives name their source (FI_DIRECTED_RECV)
+  Rejections rejections_;
+  std::deque<Request*> toRepost_;  // turned away, their receives not yet posted again
   int timeoutSeconds_;
   PeerCheck checkPeers_;
   // A wait polls (yielding its core between polls) this long without a

@@ -113,9 +113,10 @@ std::vector<std::string> fabricNics() {
 // only the asked ones: utility providers such as ofi_rxm may not filter by
 // domain, and an error names those there are); null, with `failure`, where
 // it has none.
-fi_info* getinfoFor(const LibFabric& library, const std::string& provider, std::string* failure) {
+fi_info* getinfoFor(const LibFabric& library, const std::string& provider, std::string* failure,
+                    uint64_t caps = FI_TAGGED | FI_DIRECTED_RECV) {
   fi_info* hints = library.dupinfo(nullptr);
-  hints->caps = FI_TAGGED;
+  hints->caps = caps;
   hints->mode = FI_CONTEXT | FI_CONTEXT2;
   hints->ep_attr->type = FI_EP_RDM;
   hints->domain_attr->threading = FI_THREAD_DOMAIN;
@@ -126,6 +127,10 @@ fi_info* getinfoFor(const LibFabric& library, const std::string& provider, std::
   const int status = library.getinfo(FI_VERSION(1, 10), nullptr, nullptr, 0, hints, &list);
   library.freeinfo(hints);
   if (status == 0 && list != nullptr) return list;
+  // Receives that take only the communicator's ranks keep strangers out
+  // (fabric.h); a provider without them is still used, every message's key
+  // checked.
+  if (caps & FI_DIRECTED_RECV) return getinfoFor(library, provider, failure, caps & ~FI_DIRECTED_RECV);
   *failure = library.strerror(-status);
   return nullptr;
 }
@@ -142,6 +147,8 @@ size_t eagerBytes(const fi_info* info) {
   // The limit is its buffer's size unless set apart.
   return underEagerLimit(rxmSetting("FI_OFI_RXM_EAGER_LIMIT", rxmSetting("FI_OFI_RXM_BUFFER_SIZE", 16384)));
 }
+
+bool directedReceives() { return envChoice("MOJOCCL_FABRIC_DIRECTED_RECV", "1", {"0", "1"}) == "1"; }
 
 bool forcedLocalRegistration() { return envChoice("MOJOCCL_FABRIC_MR_LOCAL", "0", {"0", "1"}) == "1"; }
 

@@ -56,6 +56,10 @@ size_t eagerBytes(const fi_info* info);
 // runs that path on providers that do not need it (tcp, in the tests).
 bool registersLocalBuffers(const fi_info* info);
 bool forcedLocalRegistration();
+// Whether receives name their source where the provider can
+// (MOJOCCL_FABRIC_DIRECTED_RECV=1, the default); 0 takes the path of
+// providers that cannot, every message's key checked (tcp, in the tests).
+bool directedReceives();
 int64_t stagingMegabytes();  // MOJOCCL_REGION_MB
 
 // "tcp;ofi_rxm on lo (libfabric 1.17, /usr/lib/.../libfabric.so.1,

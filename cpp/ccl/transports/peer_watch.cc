@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,6 +25,19 @@ struct Frame {
   uint32_t textBytes;  // the text follows
 };
 constexpr uint32_t kMaxText = 1024;
+
+// What a leader sends first on its connection to a later node's leader:
+// proof that it belongs to this communicator (seal.h), and its rank.
+struct Handshake {
+  uint64_t magic;
+  uint64_t proof;  // SealKeys::peerWatch
+  int32_t rank;
+  uint32_t unused = 0;  // no padding of unknown bytes on the wire
+};
+static_assert(sizeof(Handshake) == 24, "the handshake is 24 bytes on the wire");
+constexpr uint64_t kHandshakeMagic = 0x4843544157434a4dull;  // "MJCWATCH"
+// A connection that has not said who it is by then is closed.
+constexpr auto kHandshakeTime = std::chrono::seconds(2);
 
 struct ListenAddress {
   uint32_t length;
@@ -55,7 +69,7 @@ void letTheWireDrain() { std::this_thread::sleep_for(std::chrono::milliseconds(5
 
 PeerWatch::PeerWatch(Bootstrap& bootstrap, const std::vector<std::vector<int>>& nodes, int node, int rank,
                      ShmTransport& shm, int timeoutSeconds)
-    : rank_(rank), shm_(shm), ranks_(bootstrap.ranks()) {
+    : rank_(rank), shm_(shm), ranks_(bootstrap.ranks()), rejections_("rank " + std::to_string(rank) + "'s peer watch") {
   connectLeaders(bootstrap, nodes, node, timeoutSeconds);
   if (nodes[node][0] != rank_) return;
   if (pipe2(wakeup_, O_CLOEXEC) != 0) failSystem("pipe2");
@@ -94,27 +108,79 @@ void PeerWatch::connectLeaders(Bootstrap& bootstrap, const std::vector<std::vect
         address.storage = theirs->storage;
         address.length = theirs->length;
         Socket socket = Socket::connectTo(address, deadline);
-        const int32_t self = rank_;
-        socket.sendAll(&self, sizeof(self), deadline);
+        const Handshake handshake{kHandshakeMagic, bootstrap.keys().peerWatch, rank_};
+        socket.sendAll(&handshake, sizeof(handshake), deadline);
         leaders_.push_back({peer, std::move(socket)});
       }
-      for (int earlier = 0; earlier < node; ++earlier) {
-        Socket socket = listener.accept(deadline);
-        int32_t peer = -1;
-        if (!socket.valid() || !socket.recvAll(&peer, sizeof(peer), deadline))
-          fail(ncclRemoteError, "the leaders of earlier nodes did not all connect within MOJOCCL_IB_TIMEOUT_S=" +
-                                    std::to_string(timeoutSeconds) + " s");
-        const bool expected = std::any_of(nodes.begin(), nodes.begin() + node,
-                                          [&](const std::vector<int>& ranks) { return ranks[0] == peer; });
-        if (!expected) fail(ncclSystemError, "an unexpected connection to the peer watch of rank " + std::to_string(rank_));
-        leaders_.push_back({peer, std::move(socket)});
-      }
+      std::vector<int> earlierLeaders;
+      for (int earlier = 0; earlier < node; ++earlier) earlierLeaders.push_back(nodes[earlier][0]);
+      acceptLeaders(listener, earlierLeaders, bootstrap.keys().peerWatch, deadline, timeoutSeconds);
       for (auto& other : leaders_) keepAlive(other.socket.fd(), timeoutSeconds);
     } catch (const Error& error) {
       failure = "connecting the nodes' leaders: " + std::string(error.what());
     }
   }
   bootstrap.agreeOnSuccess(failure.empty(), failure);
+}
+
+// Takes the connections of the leaders in `expected`, each of which must
+// present `proof` and its rank within kHandshakeTime of connecting. Any
+// other connection (a stranger, a process of another job, a second claim
+// of a rank) is closed and counted, and accepting goes on: a stranger can
+// neither take a leader's place nor end the job's set-up.
+void PeerWatch::acceptLeaders(Socket& listener, std::vector<int> expected, uint64_t proof, Deadline deadline,
+                              int timeoutSeconds) {
+  struct Caller {
+    Socket socket;
+    Deadline by;
+    Handshake handshake{};
+    size_t received = 0;
+  };
+  std::vector<Caller> callers;
+  auto turnAway = [&](Caller& caller, const std::string& why) {
+    rejections_.record("a connection from " + caller.socket.peerName() + " (" + why + ")");
+    caller.socket.close();
+  };
+  while (!expected.empty()) {
+    if (Clock::now() > deadline)
+      fail(ncclRemoteError, "the leaders of earlier nodes did not all connect within MOJOCCL_IB_TIMEOUT_S=" +
+                                std::to_string(timeoutSeconds) + " s");
+    std::vector<pollfd> polled{{listener.fd(), POLLIN, 0}};
+    for (auto& caller : callers) polled.push_back({caller.socket.fd(), POLLIN, 0});
+    ::poll(polled.data(), polled.size(), 100);
+    for (size_t i = 0; i < callers.size(); ++i) {
+      Caller& caller = callers[i];
+      if (polled[i + 1].revents != 0) {
+        auto* into = reinterpret_cast<char*>(&caller.handshake) + caller.received;
+        const ssize_t got = recv(caller.socket.fd(), into, sizeof(Handshake) - caller.received, MSG_DONTWAIT);
+        if (got <= 0 && !(got < 0 && (errno == EAGAIN || errno == EINTR))) {
+          turnAway(caller, "it closed before it said who it is");
+          continue;
+        }
+        if (got > 0) caller.received += static_cast<size_t>(got);
+      }
+      if (caller.received == sizeof(Handshake)) {
+        const Handshake& said = caller.handshake;
+        const auto awaited = std::find(expected.begin(), expected.end(), said.rank);
+        if (said.magic != kHandshakeMagic || said.proof != proof) {
+          turnAway(caller, "not of this communicator");
+        } else if (awaited == expected.end()) {
+          turnAway(caller, "it claimed rank " + std::to_string(said.rank) + ", not a leader still expected");
+        } else {
+          expected.erase(awaited);
+          leaders_.push_back({said.rank, std::move(caller.socket)});
+        }
+      } else if (Clock::now() > caller.by) {
+        turnAway(caller, "it said nothing for " + std::to_string(kHandshakeTime.count()) + " s");
+      }
+    }
+    callers.erase(std::remove_if(callers.begin(), callers.end(), [](const Caller& caller) { return !caller.socket.valid(); }),
+                  callers.end());
+    if (polled[0].revents & POLLIN) {
+      Socket socket = listener.accept(Clock::now());
+      if (socket.valid()) callers.push_back({std::move(socket), Clock::now() + kHandshakeTime});
+    }
+  }
 }
 
 PeerWatch::~PeerWatch() {

@@ -22,6 +22,10 @@
 // and only a rank that waits on it fails ("destroyed or aborted its
 // communicator"), as within a node. Once a node's leader has left, that
 // node's other ranks are no longer watched.
+//
+// A leader's connection begins with proof that it belongs to the
+// communicator (seal.h); any other connection to a leader's port is closed
+// and counted while accepting goes on.
 #pragma once
 
 #include <atomic>
@@ -30,6 +34,7 @@
 #include <vector>
 
 #include "../bootstrap.h"
+#include "../seal.h"
 #include "../socket.h"
 #include "shm.h"
 
@@ -42,6 +47,8 @@ class PeerWatch {
   PeerWatch(Bootstrap& bootstrap, const std::vector<std::vector<int>>& nodes, int node, int rank,
             ShmTransport& shm, int timeoutSeconds);
   ~PeerWatch();  // tells the other leaders that this rank left
+  // Connections turned away while the leaders connected.
+  uint64_t rejected() const { return rejections_.count(); }
   PeerWatch(const PeerWatch&) = delete;
   PeerWatch& operator=(const PeerWatch&) = delete;
 
@@ -53,6 +60,8 @@ class PeerWatch {
   };
   void connectLeaders(Bootstrap& bootstrap, const std::vector<std::vector<int>>& nodes, int node,
                       int timeoutSeconds);
+  void acceptLeaders(Socket& listener, std::vector<int> expected, uint64_t proof, Deadline deadline,
+                     int timeoutSeconds);
   void watch();
   void watchLocalRanks();
   void readFrom(Leader& leader);
@@ -65,6 +74,7 @@ class PeerWatch {
   std::vector<Leader> leaders_;  // the other nodes' leaders
   std::vector<bool> localWatched_;  // per local rank: still to be watched
   int wakeup_[2] = {-1, -1};        // a pipe that ends the thread
+  Rejections rejections_;
   std::thread thread_;
 };
 

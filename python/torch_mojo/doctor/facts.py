@@ -139,12 +139,13 @@ def fabric_facts(local_rank: int) -> tuple[dict, dict[str, int]]:
 
 
 def environment_of_interest(environ) -> dict[str, str]:
-    """The variables that shape collectives: ours, NCCL's and libfabric's."""
-    from torch_mojo.env import PREFIXES
+    """The variables that shape collectives: ours, NCCL's and libfabric's
+    (and the Slingshot VNIs Slurm gives a job, which libfabric's cxi uses)."""
+    from torch_mojo.env import PREFIXES, shown_value
 
-    return {name: value for name, value in sorted(environ.items())
+    return {name: shown_value(name, value) for name, value in sorted(environ.items())
             if name.startswith(PREFIXES + ("NCCL_", "RCCL_", "OFI_NCCL_", "FI_", "HSA_", "MIOPEN_", "TORCH_NCCL_",
-                                           "TORCH_FR_"))}
+                                           "TORCH_FR_", "SLINGSHOT_"))}
 
 
 def gather() -> dict:

@@ -180,6 +180,13 @@ ncclResult_t mojocclCommNodes(ncclComm_t comm, int* nodes, int* localRanks, int*
  * the cores. */
 ncclResult_t mojocclCommCoreSharing(ncclComm_t comm, int* ranks, int* cpus);
 
+/* libmojoccl's own: how many connections and messages from outside `comm`
+ * this rank has turned away (docs/security.md): connections to its node
+ * leader's peer watch without the communicator's proof, messages between
+ * nodes without its key. Each first one, and each tenth power, is also
+ * logged as a WARNING. */
+ncclResult_t mojocclCommRejected(ncclComm_t comm, uint64_t* count);
+
 ncclResult_t mojocclPredictAllReduce(int nodes, size_t bytes, const char* algorithm, char* chosen, size_t size,
                                      double* seconds);
 
