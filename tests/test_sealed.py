@@ -72,11 +72,12 @@ KNOCKS = [
 
 class Strangers:
     """Knocks on every port the job's processes listen on, as soon as it
-    appears, with every knock and with the fabric stranger, until stopped."""
+    appears, with every knock, until stopped; a port that stays open (a
+    libfabric endpoint's) also gets the fabric stranger."""
 
     def __init__(self, tools, job, world, fabric_seconds=3.0):
         self.tools, self.job, self.world, self.fabric_seconds = tools, job, world, fabric_seconds
-        self.seen, self.knocks, self.fabric = set(), 0, []
+        self.seen, self.knocks, self.fabric, self.since = set(), 0, [], {}
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self.watch, daemon=True)
         self.thread.start()
@@ -84,16 +85,24 @@ class Strangers:
     def watch(self):
         pids = [process.pid for process, _, _ in self.job.processes]
         while not self.stopping.is_set():
-            for pid, address in listening_ports(pids) - self.seen:
-                self.seen.add((pid, address))
-                for knock in KNOCKS:
-                    threading.Thread(target=self.knock, args=(address, knock), daemon=True).start()
-                # With the job's eager limit: ofi_rxm refuses connections that differ in it.
-                self.fabric.append(subprocess.Popen(
-                    [str(self.tools / "fabric_stranger"), "tcp", str(self.fabric_seconds), str(self.world), "2000",
-                     "4000", address], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                    env={**os.environ, "FI_OFI_RXM_EAGER_LIMIT": "131072"}))
+            now = time.monotonic()
+            for pid, address in listening_ports(pids):
+                if (pid, address) not in self.seen:
+                    self.seen.add((pid, address))
+                    self.since[address] = now
+                    for knock in KNOCKS:
+                        threading.Thread(target=self.knock, args=(address, knock), daemon=True).start()
+                elif address in self.since and now - self.since[address] > 0.3:
+                    del self.since[address]  # open for good: an endpoint's
+                    self.start_fabric_stranger(address)
             time.sleep(0.002)
+
+    def start_fabric_stranger(self, address):
+        # With the job's eager limit: ofi_rxm refuses connections that differ in it.
+        self.fabric.append(subprocess.Popen(
+            [str(self.tools / "fabric_stranger"), "tcp", str(self.fabric_seconds), str(self.world), "2000", "4000",
+             address], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            env={**os.environ, "FI_OFI_RXM_EAGER_LIMIT": "131072"}))
 
     def knock(self, address, payload):
         host, port = address.split(":")
@@ -125,13 +134,14 @@ def sealed_results(results):
 @pytest.mark.parametrize("hosts, directed", [(("a", "a"), "1"), (("a", "b", "c"), "1"), (("a", "a", "b", "b"), "0")],
                          ids=["one node", "3 nodes, directed receives", "2 nodes x 2 ranks, receives from any source"])
 def test_strangers_at_every_port_change_nothing(tools, hosts, directed):
-    # Rank 0 connects late (300 ms each connect), so the other leaders'
-    # peer-watch ports are open to strangers before it reaches them. With
+    # Rank 0 makes its first three connections (its own bootstrap root, the
+    # other leaders' peer watches) a second late, so strangers reach those
+    # ports first. With
     # receives from any source the strangers' messages meet the ranks'
     # receives, and only their key turns them away.
     world = len(hosts)
     rank_env = {rank: {"MOJOCCL_HOSTID": host} for rank, host in enumerate(hosts)}
-    rank_env[0].update(LD_PRELOAD=str(tools / "delay_connect.so"), DELAY_CONNECT_MS="300")
+    rank_env[0].update(LD_PRELOAD=str(tools / "delay_connect.so"), DELAY_CONNECT_MS="1000", DELAY_CONNECT_COUNT="3")
     env = {**FABRIC, "SECONDS": "2", "MOJOCCL_FABRIC_DIRECTED_RECV": directed}
     job = RanksJob(worker_command("ccl", "sealed"), world, env, rank_env, None)
     strangers = Strangers(tools, job, world)
@@ -158,7 +168,8 @@ def test_strangers_at_every_port_change_nothing(tools, hosts, directed):
 def test_a_torch_job_with_a_job_key_among_strangers(tools):
     # The torch path: the unique id through the c10d store, the job key in
     # every rank's environment, strangers at every port; turned_away() counts.
-    rank_env = {0: {"MOJOCCL_HOSTID": "a", "LD_PRELOAD": str(tools / "delay_connect.so"), "DELAY_CONNECT_MS": "300"},
+    rank_env = {0: {"MOJOCCL_HOSTID": "a", "LD_PRELOAD": str(tools / "delay_connect.so"), "DELAY_CONNECT_MS": "1000",
+                    "DELAY_CONNECT_COUNT": "4"},  # the store, its watch, the bootstrap, the peer watch
                 1: {"MOJOCCL_HOSTID": "b"}}
     env = {**FABRIC, "SECONDS": "2", "MOJOCCL_JOB_KEY": "4f1c0de5", "TORCH_MOJO_BACKEND_TRACE": "0"}
     job = RanksJob(worker_command("sealed_torch"), 2, env, rank_env, None)
@@ -173,36 +184,58 @@ def test_a_torch_job_with_a_job_key_among_strangers(tools):
 
 
 def test_two_jobs_alike_but_for_their_store_do_not_meet():
-    # Same node names, same sizes, both at once: each keeps to itself.
-    jobs = [RanksJob(worker_command("ccl", "sealed"), 2, {**FABRIC, "SECONDS": "2"},
-                     {0: {"MOJOCCL_HOSTID": "a"}, 1: {"MOJOCCL_HOSTID": "b"}}, None) for _ in range(2)]
+    # Same node names and sizes, both at once, ranks sharing memory within
+    # each "node": shared-memory names carry the unique id's hash.
+    hosts = {rank: {"MOJOCCL_HOSTID": host} for rank, host in enumerate("aabb")}
+    jobs = [RanksJob(worker_command("ccl", "sealed"), 4, {**FABRIC, "SECONDS": "1"}, hosts, None) for _ in range(2)]
     for job in jobs:
-        rows = sealed_results(job.wait(60))
+        rows = sealed_results(job.wait(120))
         assert all(rounds > 0 and wrong == 0 and rejected == 0 for rounds, wrong, rejected in rows), rows
 
 
-def test_a_job_key_keeps_out_a_process_that_read_the_store(tools, tmp_path):
+def test_a_job_key_keeps_out_a_process_that_read_the_store(tmp_path):
     # The intruder has the unique id (as a process reading the c10d store
-    # would) and claims rank 1 before the real rank 1, which is late; it has
-    # another job key. It is told at once; the job runs as if it were not there.
+    # would) and claims rank 1 before the real rank 1, which starts only
+    # once the intruder is done; it has another job key. It is told at once,
+    # and the job runs as if it had not been there.
     key_file = tmp_path / "job.key"
     key_file.write_text("the job's own secret\n")
     key_file.chmod(0o600)
     env = {"MOJOCCL_JOB_KEY_FILE": str(key_file), "SECONDS": "1"}
-    job = RanksJob(worker_command("ccl", "sealed"), 2, env,
-                   {1: {"LD_PRELOAD": str(tools / "delay_connect.so"), "DELAY_CONNECT_MS": "3000"}}, None)
+    wait_for_intruder = ["sh", "-c", 'while [ ! -e "$TEST_SCRATCH/intruder_done" ]; do sleep 0.05; done; exec "$@"', "sh"]
+    job = RanksJob(worker_command("ccl", "sealed"), 2, env, None, {1: wait_for_intruder})
     id_file = os.path.join(job.scratch.name, "unique_id")
     deadline = time.monotonic() + 30
     while not os.path.exists(id_file) and time.monotonic() < deadline:
         time.sleep(0.01)
-    intruder = subprocess.run(
-        worker_command("ccl", "init"), capture_output=True, text=True, timeout=60,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "RANK": "1", "WORLD_SIZE": "2", "TEST_SCRATCH": job.scratch.name,
-             "MOJOCCL_JOB_KEY": "another job's key", "MOJOCCL_BOOTSTRAP_TIMEOUT_S": "20"})
+    try:
+        intruder = subprocess.run(
+            worker_command("ccl", "init"), capture_output=True, text=True, timeout=60,
+            env={**os.environ, "PYTHONPATH": str(ROOT), "RANK": "1", "WORLD_SIZE": "2",
+                 "TEST_SCRATCH": job.scratch.name, "MOJOCCL_JOB_KEY": "another job's key"})
+    finally:
+        open(os.path.join(job.scratch.name, "intruder_done"), "w").close()
     rows = sealed_results(job.wait(60))
     assert all(rounds > 0 and wrong == 0 for rounds, wrong, _ in rows), rows
     assert ("the bootstrap root turned this process away: its unique id or MOJOCCL_JOB_KEY is not the "
             "communicator's") in intruder.stdout, intruder.stdout + intruder.stderr
+
+
+def test_silent_connections_to_the_bootstrap_do_not_hold_up_the_ranks():
+    # A hundred connections that say nothing, held open: each would have
+    # held the root two seconds when it read hellos one at a time.
+    from torch_mojo.mojoccl import Library
+
+    uid = Library().unique_id()
+    port, host = struct.unpack_from("!H", uid, 22)[0], socket.inet_ntoa(uid[24:28])
+    silent = [socket.create_connection((host, port), timeout=5) for _ in range(100)]
+    start = time.monotonic()
+    results = run_worker("ccl", 2, "init", env={"UNIQUE_ID_HEX": uid.hex()}, timeout=60)
+    elapsed = time.monotonic() - start
+    for connection in silent:
+        connection.close()
+    assert all("ok all_reduce" in result.stdout for result in results)
+    assert elapsed < 20, elapsed
 
 
 def test_a_job_key_file_others_can_read_is_refused(tmp_path):

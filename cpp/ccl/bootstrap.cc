@@ -89,33 +89,25 @@ class Root {
   }
 
  private:
+  // Connections that are not our ranks (no hello, not libmojoccl's) are
+  // closed; those of another communicator or job key are told why. Neither
+  // holds up the ranks' hellos (acceptGreeted reads them side by side).
   bool gatherHellos() {
     Deadline deadline = Clock::now() + std::chrono::seconds(timeout_);
     int nranks = -1;
     int joined = 0;
-    while (nranks < 0 || joined < nranks) {
-      Socket peer = listener_.accept(deadline);
-      if (!peer.valid()) {
-        reportMissing(nranks);
-        return false;
-      }
-      Hello hello{};
-      try {
-        // A connection that is not one of our ranks gets two seconds.
-        if (!peer.recvAll(&hello, sizeof(hello), Clock::now() + std::chrono::seconds(2))) continue;
-      } catch (const Error&) {
-        continue;  // a stray or slow connection: not one of ours
-      }
-      if (hello.magic != kMagic) continue;  // not libmojoccl: ignore
-      if (hello.proof != proof_) {
-        turnAway(peer);
-        continue;
-      }
+    bool failed = false;
+    auto greeted = [&](Socket& peer, const std::vector<char>& greeting) {
+      Hello hello;
+      memcpy(&hello, greeting.data(), sizeof(hello));
+      if (hello.magic != kMagic) return;  // not libmojoccl: closed
+      if (hello.proof != proof_) return turnAway(peer);
       std::string problem = checkHello(hello, nranks);
       if (!problem.empty()) {
         peers_.push_back(std::move(peer));
         sendErrorToAll(peers_, problem);
-        return false;
+        failed = true;
+        return;
       }
       if (nranks < 0) {
         nranks = hello.nranks;
@@ -125,7 +117,13 @@ class Root {
       table_[hello.info.rank] = hello.info;
       peers_[hello.info.rank] = std::move(peer);
       ++joined;
+    };
+    auto everyone = [&] { return failed || (nranks >= 0 && joined == nranks); };
+    if (!acceptGreeted(listener_, sizeof(Hello), deadline, everyone, greeted, [](Socket&, const std::string&) {})) {
+      reportMissing(nranks);
+      return false;
     }
+    if (failed) return false;
     Deadline sendBy = Clock::now() + std::chrono::seconds(timeout_);
     for (auto& peer : peers_)
       sendReply(peer, 0, table_.data(), table_.size() * sizeof(RankInfo), sendBy);

@@ -88,7 +88,9 @@ void Comm::findCoreSharers(const std::vector<RankInfo>& ranks) {
   for (uint64_t word : together) sharedCpus_ += __builtin_popcountll(word);
 }
 
-uint64_t Comm::rejected() const {
+uint64_t Comm::rejected() {
+  std::lock_guard<std::mutex> lock(transportsMutex_);
+  if (!shm_) return rejectedAtRelease_;
   return (watch_ ? watch_->rejected() : 0) + (fabric_ ? fabric_->rejected() : 0);
 }
 
@@ -169,8 +171,10 @@ Comm::~Comm() = default;
 
 void Comm::releaseTransports() {
   std::vector<int> failed = failedRanks();
+  const uint64_t rejectedBefore = rejected();
   std::lock_guard<std::mutex> lock(transportsMutex_);
   failedAtRelease_ = std::move(failed);
+  rejectedAtRelease_ = rejectedBefore;
   fabric_.reset();
   watch_.reset();
   shm_.reset();

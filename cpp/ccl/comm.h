@@ -115,7 +115,7 @@ class Comm {
   int coreSharers() const { return coreSharers_; }
   int sharedCpus() const { return sharedCpus_; }
   // Connections and messages from outside the communicator turned away (seal.h).
-  uint64_t rejected() const;
+  uint64_t rejected();
 
   // Calls in progress; ncclCommAbort waits for them before freeing the comm.
   std::atomic<int> activeCalls{0};
@@ -244,6 +244,7 @@ class Comm {
   std::unique_ptr<FabricTransport> fabric_;  // likewise
   std::mutex transportsMutex_;               // failedRanks() may race with releaseTransports()
   std::vector<int> failedAtRelease_;
+  uint64_t rejectedAtRelease_ = 0;
   bool devicePeersRequested_;                // MOJOCCL_DEVICE_PEERS=1
   bool devicePeersDecided_ = false;
   std::unique_ptr<DeviceIpcBuffers> devicePeers_;  // when every rank can read its peers' GPUs

@@ -45,10 +45,13 @@ std::string readKeyFile(const std::string& path) {
                                   "): a job key only its owner reads keeps a job sealed; chmod 600 " + path);
   }
   std::ifstream file(path);
+  if (!file)
+    fail(ncclInvalidArgument, "MOJOCCL_JOB_KEY_FILE=" + path + " cannot be read: " + strerror(errno) +
+                                  " (it must be readable by the user the ranks run as)");
   std::stringstream contents;
   contents << file.rdbuf();
   std::string key = trimmed(contents.str());
-  if (!file || key.empty())
+  if (key.empty())
     fail(ncclInvalidArgument, "MOJOCCL_JOB_KEY_FILE=" + path + " holds no key: write a secret into it, e.g. "
                                   "head -c 32 /dev/urandom | base64 > " + path);
   return key;

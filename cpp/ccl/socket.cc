@@ -246,4 +246,60 @@ bool Socket::recvAll(void* data, size_t bytes, Deadline deadline) {
   return true;
 }
 
+bool acceptGreeted(Socket& listener, size_t greetingBytes, Deadline deadline,
+                   const std::function<bool()>& finished,
+                   const std::function<void(Socket&, const std::vector<char>&)>& greeted,
+                   const std::function<void(Socket&, const std::string& why)>& silent) {
+  struct Caller {
+    Socket socket;
+    Deadline by;
+    std::vector<char> greeting;
+  };
+  std::vector<Caller> callers;
+  while (!finished()) {
+    if (Clock::now() > deadline) return false;
+    std::vector<pollfd> polled{{listener.fd(), POLLIN, 0}};
+    for (auto& caller : callers) polled.push_back({caller.socket.fd(), POLLIN, 0});
+    ::poll(polled.data(), polled.size(), std::min(100, millisecondsLeft(deadline)));
+    for (size_t i = 0; i < callers.size() && !finished(); ++i) {
+      Caller& caller = callers[i];
+      if (polled[i + 1].revents != 0) {
+        const size_t have = caller.greeting.size();
+        caller.greeting.resize(greetingBytes);
+        const ssize_t got = ::recv(caller.socket.fd(), caller.greeting.data() + have, greetingBytes - have, MSG_DONTWAIT);
+        caller.greeting.resize(have + static_cast<size_t>(std::max<ssize_t>(got, 0)));
+        if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
+          silent(caller.socket, "it closed before it said who it is");
+          caller.socket.close();
+          continue;
+        }
+      }
+      if (caller.greeting.size() == greetingBytes) {
+        greeted(caller.socket, caller.greeting);
+        caller.socket.close();  // a no-op where `greeted` kept it
+      } else if (Clock::now() > caller.by) {
+        silent(caller.socket, "it said nothing for " + std::to_string(kGreetingTime.count()) + " s");
+        caller.socket.close();
+      }
+    }
+    callers.erase(std::remove_if(callers.begin(), callers.end(),
+                                 [](const Caller& caller) { return !caller.socket.valid(); }),
+                  callers.end());
+    if ((polled[0].revents & POLLIN) && !finished()) {
+      Socket socket(::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (!socket.valid()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));  // out of descriptors: a moment for some to close
+        continue;
+      }
+      configureConnected(socket.fd());
+      if (callers.size() == kMostCallers) {
+        silent(callers.front().socket, "more than " + std::to_string(kMostCallers) + " connections waited at once");
+        callers.erase(callers.begin());
+      }
+      callers.push_back({std::move(socket), Clock::now() + kGreetingTime, {}});
+    }
+  }
+  return true;
+}
+
 }  // namespace mojoccl

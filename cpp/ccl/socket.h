@@ -6,7 +6,9 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <string>
+#include <vector>
 
 namespace mojoccl {
 
@@ -68,5 +70,20 @@ class Socket {
 
 // Milliseconds left until `deadline`, at least 0, for poll().
 int millisecondsLeft(Deadline deadline);
+
+// Accepts connections on `listener` until `finished()` or `deadline`, each
+// of which must send a greeting of `greetingBytes` within kGreetingTime.
+// Greetings are read without blocking, so no connection can hold up the
+// others: one that greets goes to `greeted` (which keeps the socket or
+// turns it away), one that closes first or says nothing in time to
+// `silent`; at most kMostCallers wait at once (the oldest goes to `silent`),
+// and a failed accept (the process out of file descriptors) is skipped.
+// False when the deadline came first.
+constexpr auto kGreetingTime = std::chrono::seconds(2);
+constexpr size_t kMostCallers = 64;
+bool acceptGreeted(Socket& listener, size_t greetingBytes, Deadline deadline,
+                   const std::function<bool()>& finished,
+                   const std::function<void(Socket&, const std::vector<char>&)>& greeted,
+                   const std::function<void(Socket&, const std::string& why)>& silent);
 
 }  // namespace mojoccl

@@ -6,7 +6,7 @@ import os
 import sys
 
 from torch_mojo import __version__, site_settings
-from torch_mojo.env import VARIABLES, markdown_table
+from torch_mojo.env import VARIABLES, markdown_table, shown_value
 
 
 def cache_dir():
@@ -94,7 +94,7 @@ def _print_info(report: dict) -> None:
         problem = environment["invalid"].get(name)
         print(f"  {name}={value}" + (f"   INVALID: {problem}" if problem else ""))
     for name, note in environment["unknown"].items():
-        print(f"  {name}={os.environ.get(name, '')}   UNKNOWN: {note}")
+        print(f"  {name}={shown_value(name, os.environ.get(name, ''))}   UNKNOWN: {note}")
     print(f"  ({len(environment['at_default'])} more at their defaults: `torch-mojo env` lists them)")
 
 

@@ -333,9 +333,12 @@ class Review:
 
 
 def shown_value(name: str, value: str) -> str:
-    """`value` as reports may print it: a secret's stays hidden."""
+    """`value` as reports may print it: a secret's stays hidden, and so does
+    that of an unknown name that looks like one (a misspelt MOJOCCL_JOBKEY)."""
     variable = BY_NAME.get(name)
-    return "(set; not shown)" if variable is not None and variable.secret and value else value
+    secret = variable.secret if variable is not None else (
+        name.startswith(PREFIXES) and any(word in name for word in ("KEY", "SECRET", "TOKEN")))
+    return "(set; not shown)" if secret and value else value
 
 
 def closest_hint(name: str, known) -> str:

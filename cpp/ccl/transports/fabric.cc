@@ -126,6 +126,10 @@ FabricTransport::FabricTransport(Bootstrap& bootstrap, int rank, int localIndex,
   keyed_ = keyBytes > 0;
   key_ = keyBytes >= 8 ? bootstrap.keys().fabric : bootstrap.keys().fabric & ((uint64_t{1} << (8 * keyBytes)) - 1);
   directed_ = (info_->caps & FI_DIRECTED_RECV) != 0 && directedReceives();
+  if (!keyed_ && !directed_ && localIndex == 0)
+    fprintf(stderr, "[mojoccl] WARNING: libfabric provider %s neither names a receive's source nor carries "
+            "completion data: messages between nodes cannot be checked for strangers (docs/security.md)\n",
+            info_->fabric_attr->prov_name);
   regionWatch_ = watchRegionFrees([this](uint64_t id) { forgetRegion(id); });
 }
 
@@ -568,8 +572,11 @@ void FabricTransport::progress(const std::string& what, bool sleep) {
     fi_cq_err_entry error{};
     fi_cq_readerr(cq_, &error, 0);
     auto* request = reinterpret_cast<Request*>(error.op_context);
-    // A stranger's message longer than the receive: turned away like any other.
-    if (error.err == FI_ETRUNC && request && !request->isSend && !sealed(error.flags, error.data)) {
+    // A message longer than the receive that carried another key: a
+    // stranger's, turned away like any other. (One that says nothing of
+    // its key is reported: a rank of ours may have sent it.)
+    const bool anotherKey = keyed_ && (error.flags & FI_REMOTE_CQ_DATA) && error.data != key_;
+    if (error.err == FI_ETRUNC && request && !request->isSend && anotherKey) {
       turnAway(*request);
       repostTurnedAway();
       return;

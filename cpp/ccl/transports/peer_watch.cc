@@ -4,7 +4,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,8 +35,6 @@ struct Handshake {
 };
 static_assert(sizeof(Handshake) == 24, "the handshake is 24 bytes on the wire");
 constexpr uint64_t kHandshakeMagic = 0x4843544157434a4dull;  // "MJCWATCH"
-// A connection that has not said who it is by then is closed.
-constexpr auto kHandshakeTime = std::chrono::seconds(2);
 
 struct ListenAddress {
   uint32_t length;
@@ -124,63 +121,31 @@ void PeerWatch::connectLeaders(Bootstrap& bootstrap, const std::vector<std::vect
 }
 
 // Takes the connections of the leaders in `expected`, each of which must
-// present `proof` and its rank within kHandshakeTime of connecting. Any
-// other connection (a stranger, a process of another job, a second claim
-// of a rank) is closed and counted, and accepting goes on: a stranger can
-// neither take a leader's place nor end the job's set-up.
+// present `proof` and its rank. Any other connection (a stranger, a process
+// of another job, a second claim of a rank) is closed and counted, and
+// accepting goes on: a stranger can neither take a leader's place nor end
+// the job's set-up.
 void PeerWatch::acceptLeaders(Socket& listener, std::vector<int> expected, uint64_t proof, Deadline deadline,
                               int timeoutSeconds) {
-  struct Caller {
-    Socket socket;
-    Deadline by;
-    Handshake handshake{};
-    size_t received = 0;
+  auto turnAway = [&](Socket& socket, const std::string& why) {
+    rejections_.record("a connection from " + socket.peerName() + " (" + why + ")");
   };
-  std::vector<Caller> callers;
-  auto turnAway = [&](Caller& caller, const std::string& why) {
-    rejections_.record("a connection from " + caller.socket.peerName() + " (" + why + ")");
-    caller.socket.close();
+  auto greeted = [&](Socket& socket, const std::vector<char>& greeting) {
+    Handshake said;
+    memcpy(&said, greeting.data(), sizeof(said));
+    const auto awaited = std::find(expected.begin(), expected.end(), said.rank);
+    if (said.magic != kHandshakeMagic || said.proof != proof) {
+      turnAway(socket, "not of this communicator");
+    } else if (awaited == expected.end()) {
+      turnAway(socket, "it claimed rank " + std::to_string(said.rank) + ", not a leader still expected");
+    } else {
+      expected.erase(awaited);
+      leaders_.push_back({said.rank, std::move(socket)});
+    }
   };
-  while (!expected.empty()) {
-    if (Clock::now() > deadline)
-      fail(ncclRemoteError, "the leaders of earlier nodes did not all connect within MOJOCCL_IB_TIMEOUT_S=" +
-                                std::to_string(timeoutSeconds) + " s");
-    std::vector<pollfd> polled{{listener.fd(), POLLIN, 0}};
-    for (auto& caller : callers) polled.push_back({caller.socket.fd(), POLLIN, 0});
-    ::poll(polled.data(), polled.size(), 100);
-    for (size_t i = 0; i < callers.size(); ++i) {
-      Caller& caller = callers[i];
-      if (polled[i + 1].revents != 0) {
-        auto* into = reinterpret_cast<char*>(&caller.handshake) + caller.received;
-        const ssize_t got = recv(caller.socket.fd(), into, sizeof(Handshake) - caller.received, MSG_DONTWAIT);
-        if (got <= 0 && !(got < 0 && (errno == EAGAIN || errno == EINTR))) {
-          turnAway(caller, "it closed before it said who it is");
-          continue;
-        }
-        if (got > 0) caller.received += static_cast<size_t>(got);
-      }
-      if (caller.received == sizeof(Handshake)) {
-        const Handshake& said = caller.handshake;
-        const auto awaited = std::find(expected.begin(), expected.end(), said.rank);
-        if (said.magic != kHandshakeMagic || said.proof != proof) {
-          turnAway(caller, "not of this communicator");
-        } else if (awaited == expected.end()) {
-          turnAway(caller, "it claimed rank " + std::to_string(said.rank) + ", not a leader still expected");
-        } else {
-          expected.erase(awaited);
-          leaders_.push_back({said.rank, std::move(caller.socket)});
-        }
-      } else if (Clock::now() > caller.by) {
-        turnAway(caller, "it said nothing for " + std::to_string(kHandshakeTime.count()) + " s");
-      }
-    }
-    callers.erase(std::remove_if(callers.begin(), callers.end(), [](const Caller& caller) { return !caller.socket.valid(); }),
-                  callers.end());
-    if (polled[0].revents & POLLIN) {
-      Socket socket = listener.accept(Clock::now());
-      if (socket.valid()) callers.push_back({std::move(socket), Clock::now() + kHandshakeTime});
-    }
-  }
+  if (!acceptGreeted(listener, sizeof(Handshake), deadline, [&] { return expected.empty(); }, greeted, turnAway))
+    fail(ncclRemoteError, "the leaders of earlier nodes did not all connect within MOJOCCL_IB_TIMEOUT_S=" +
+                              std::to_string(timeoutSeconds) + " s");
 }
 
 PeerWatch::~PeerWatch() {
