@@ -10,8 +10,11 @@
 #     the cost model's predictions, 2 nodes of 2 ranks on rails and by
 #     leaders alone, and DDP across two torchrun agents;
 #   threads: train_fsdp2.py and gpt_ddp.py end to end at OMP_NUM_THREADS 1, 2
-#     and unset, under torchrun and mp.spawn, mojo against gloo.
-# Usage: benchmarks/run.sh [output-dir] [all|one-node|between-nodes|threads]
+#     and unset, under torchrun and mp.spawn, mojo against gloo;
+#   latency: one small all-reduce between 2 nodes through each layer
+#     (dist.all_reduce, the process group, libmojoccl, the provider's own
+#     swap) next to Open MPI's, at 8 B and 4 KiB (benchmarks/latency_layers.py).
+# Usage: benchmarks/run.sh [output-dir] [all|one-node|between-nodes|threads|latency]
 #   (default: benchmarks/results, all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -77,10 +80,17 @@ threads() {
   env -u OMP_NUM_THREADS "$bin/python" benchmarks/threads.py --output "$out" | tee "$out/threads.txt"
 }
 
+latency() {
+  for size in 8 4096; do
+    mpirun -np 2 --bind-to none --mca pml ob1 --mca btl self,tcp "$bin/python" benchmarks/latency_layers.py $size
+  done | tee "$out/latency-layers.txt"
+}
+
 case "$part" in
-  all) one_node; between_nodes; threads ;;
+  all) one_node; between_nodes; threads; latency ;;
   one-node) one_node ;;
   between-nodes) between_nodes ;;
   threads) threads ;;
-  *) echo "benchmarks/run.sh: the part is all, one-node, between-nodes or threads, not '$part'" >&2; exit 2 ;;
+  latency) latency ;;
+  *) echo "benchmarks/run.sh: the part is all, one-node, between-nodes, threads or latency, not '$part'" >&2; exit 2 ;;
 esac

@@ -106,3 +106,17 @@ def test_a_torch_without_gloo_is_told_why_the_bench_cannot_run():
                                               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"})
     assert result.returncode != 0
     assert "this torch was built without gloo (Spack's py-torch+rocm is)" in result.stderr
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed")
+def test_latency_layers_times_each_layer(tmp_path):
+    # benchmarks/latency_layers.py, as benchmarks/run.sh runs it, with few calls.
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    result = subprocess.run(["mpirun", "-np", "2", "--bind-to", "none", "--mca", "pml", "ob1", "--mca", "btl",
+                             "self,tcp", sys.executable, str(ROOT / "benchmarks" / "latency_layers.py"), "8", "20"],
+                            capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path, start_new_session=True)
+    assert result.returncode == 0, result.stdout + result.stderr[-4000:]
+    rows = [line.split() for line in result.stdout.splitlines() if line and not line.startswith("#")]
+    assert [row[0] for row in rows] == ["dist.all_reduce", "backend.allreduce().wait()", "ncclAllReduce",
+                                        "mojocclWireSendRecv", "MPI_Allreduce", "MPI_Sendrecv"], result.stdout
+    assert all(float(row[1]) > 0 for row in rows), result.stdout
