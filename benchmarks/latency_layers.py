@@ -3,11 +3,15 @@ exchange of SIZE bytes between 2 single-rank "nodes" (MOJOCCL_HOSTID, the
 libfabric tcp provider), timed through each layer in one job, the layers
 alternating round by round:
 
-  dist.all_reduce              what a training script calls
-  backend.allreduce().wait()   the mojo process group's C++ entry, torch's Python layer skipped
-  ncclAllReduce                libmojoccl alone (through ctypes)
-  mojocclWireSendRecv          the provider's own swap of one message each way on the same endpoint
-  MPI_Allreduce, MPI_Sendrecv  Open MPI (mpi4py) on the same TCP
+  dist.all_reduce                 what a training script calls
+  backend.allreduce(), blocking   the mojo process group's C++ entry as dist.all_reduce calls it
+                                  (asyncOp=False: it runs on the caller's thread), torch's Python
+                                  layer skipped
+  backend.allreduce(), async      the same with asyncOp=True, then wait(): the group's worker thread
+  ncclAllReduce                   libmojoccl alone (through ctypes), the frames on the leaders' sockets
+  ncclAllReduce, frames on fabric the same with MOJOCCL_NET_FRAMES=fabric
+  mojocclWireSendRecv             the provider's own swap of one message each way on the same endpoint
+  MPI_Allreduce, MPI_Sendrecv     Open MPI (mpi4py) on the same TCP
 
 Run under Open MPI with its TCP transport:
 
@@ -51,17 +55,25 @@ def main():
     mpi = MPI.COMM_WORLD
     library = Library()
     comm = library.init(2, mpi.bcast(library.unique_id() if rank == 0 else None, root=0), rank)
+    os.environ["MOJOCCL_NET_FRAMES"] = "fabric"
+    comm_fabric_frames = library.init(2, mpi.bcast(library.unique_id() if rank == 0 else None, root=0), rank)
+    del os.environ["MOJOCCL_NET_FRAMES"]
 
     count = max(1, size // 4)
     tensor, received = torch.ones(count), torch.empty(count)
     array, result = np.ones(count, dtype=np.float32), np.empty(count, dtype=np.float32)
     backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
-    options = dist.AllreduceOptions()
+    blocking, asynchronous = dist.AllreduceOptions(), dist.AllreduceOptions()
+    blocking.asyncOp = False
     peer = 1 - rank
+    # Torch tensors into libmojoccl: a NumPy array's `.ctypes` costs about
+    # 4 us a call, more than the layers told apart here.
     layers = {
         "dist.all_reduce": lambda: dist.all_reduce(tensor),
-        "backend.allreduce().wait()": lambda: backend.allreduce([tensor], options).wait(),
-        "ncclAllReduce": lambda: library.all_reduce(comm, array, result),
+        "backend.allreduce(), blocking": lambda: backend.allreduce([tensor], blocking).wait(),
+        "backend.allreduce(), async": lambda: backend.allreduce([tensor], asynchronous).wait(),
+        "ncclAllReduce": lambda: library.all_reduce(comm, tensor, received),
+        "ncclAllReduce, frames on fabric": lambda: library.all_reduce(comm_fabric_frames, tensor, received),
         "mojocclWireSendRecv": lambda: library.wire_send_recv(comm, tensor, peer, received, peer),
         "MPI_Allreduce": lambda: mpi.Allreduce(array, result),
         "MPI_Sendrecv": lambda: mpi.Sendrecv(array, peer, recvbuf=result, source=peer),
@@ -81,8 +93,9 @@ def main():
     if rank == 0:
         print(f"# one {size}-byte exchange between 2 nodes, per call: median of {ROUNDS} rounds of {calls} calls (us)")
         for name, values in medians.items():
-            print(f"{name:28s} {statistics.median(values):7.1f}   ({min(values):.1f}-{max(values):.1f})")
+            print(f"{name:32s} {statistics.median(values):7.1f}   ({min(values):.1f}-{max(values):.1f})")
     library.lib.ncclCommDestroy(comm)
+    library.lib.ncclCommDestroy(comm_fabric_frames)
     dist.destroy_process_group()
 
 

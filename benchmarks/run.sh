@@ -13,8 +13,12 @@
 #     and unset, under torchrun and mp.spawn, mojo against gloo;
 #   latency: one small all-reduce between 2 nodes through each layer
 #     (dist.all_reduce, the process group, libmojoccl, the provider's own
-#     swap) next to Open MPI's, at 8 B and 4 KiB (benchmarks/latency_layers.py).
-# Usage: benchmarks/run.sh [output-dir] [all|one-node|between-nodes|threads|latency]
+#     swap) next to Open MPI's, at 8 B and 4 KiB (benchmarks/latency_layers.py);
+#   small: every collective from 8 B to 1 MiB between 2 nodes of 1 rank and
+#     2 nodes of 2 ranks, dist.* next to Open MPI in each run, the leaders'
+#     frames on their sockets and on the fabric (MOJOCCL_NET_FRAMES), 5
+#     rounds alternating; medians and spreads by benchmarks/rounds.py.
+# Usage: benchmarks/run.sh [output-dir] [all|one-node|between-nodes|threads|latency|small]
 #   (default: benchmarks/results, all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -86,11 +90,30 @@ latency() {
   done | tee "$out/latency-layers.txt"
 }
 
+small() {
+  local runs="$out/small-runs"
+  mkdir -p "$runs"
+  for round in 1 2 3 4 5; do
+    for frames in socket fabric; do
+      MOJOCCL_NET_FRAMES=$frames mpirun -x MOJOCCL_NET_FRAMES -np 2 --bind-to none --mca pml ob1 --mca btl self,tcp \
+        "$bin/python" -m torch_mojo.bench --backends mojo+fabric,mpi --sizes 8,4K,64K,1M \
+        --output "$runs/1x1-frames-on-$frames-round$round" > /dev/null
+      # 4 ranks on this machine's cores: Open MPI yields as mojo does.
+      MOJOCCL_NET_FRAMES=$frames mpirun -x MOJOCCL_NET_FRAMES -np 4 --oversubscribe --bind-to none --mca pml ob1 \
+        --mca btl self,tcp "$bin/python" -m torch_mojo.bench --backends mojo+fabric,mpi --ranks-per-node 2 \
+        --sizes 8,4K,64K,1M --output "$runs/2x2-frames-on-$frames-round$round" > /dev/null
+    done
+  done
+  "$bin/python" benchmarks/rounds.py "$runs"/*.csv | tee "$out/small-messages.txt"
+  rm -r "$runs"
+}
+
 case "$part" in
-  all) one_node; between_nodes; threads; latency ;;
+  all) one_node; between_nodes; threads; latency; small ;;
   one-node) one_node ;;
   between-nodes) between_nodes ;;
   threads) threads ;;
   latency) latency ;;
-  *) echo "benchmarks/run.sh: the part is all, one-node, between-nodes, threads or latency, not '$part'" >&2; exit 2 ;;
+  small) small ;;
+  *) echo "benchmarks/run.sh: the part is all, one-node, between-nodes, threads, latency or small, not '$part'" >&2; exit 2 ;;
 esac

@@ -42,8 +42,11 @@ def test_conformance_matrix_with_frames_in_pieces(direct_nodes, hosts):
     # default): the leaders' frames past it go in several pieces, and the
     # matrix's mismatches of 1 against 4 pieces, 2 against 4, still meet;
     # gathered by Bruck's algorithm, a message of two frames goes in
-    # pieces and one node's frames differ in size from the others'.
-    env = {**FABRIC, "FI_OFI_RXM_EAGER_LIMIT": "16384", "MOJOCCL_NET_DIRECT_NODES": direct_nodes}
+    # pieces and one node's frames differ in size from the others'. The
+    # frames on the fabric (on the leaders' sockets, the default over tcp,
+    # they go whole: every other test between nodes).
+    env = {**FABRIC, "FI_OFI_RXM_EAGER_LIMIT": "16384", "MOJOCCL_NET_DIRECT_NODES": direct_nodes,
+           "MOJOCCL_NET_FRAMES": "fabric"}
     for result in run_worker("collectives", len(hosts), env=env, rank_env=on_nodes(*hosts), timeout=400):
         assert "checked" in result.stdout
 
@@ -117,6 +120,8 @@ def test_trace_names_each_ranks_node_and_provider():
     assert "[mojoccl] rank 2: node 1 of 2 (ranks 2, leader 2)" in results[2].stderr
     if not any(os.listdir(path) for path in ("/sys/class/cxi", "/sys/class/infiniband") if os.path.isdir(path)):
         assert "between nodes: tcp;ofi_rxm on " in results[0].stderr and "WARNING" not in results[0].stderr
+        # Over tcp the leaders' frames go on their own sockets (MOJOCCL_NET_FRAMES=auto).
+        assert "); frames on the leaders' sockets" in results[0].stderr, results[0].stderr
 
 
 @pytest.mark.parametrize(
@@ -160,6 +165,7 @@ def test_bad_fabric_settings_fail_every_rank_at_once(env, message):
 
 @pytest.mark.parametrize("variable, value, default", [
     ("MOJOCCL_NET_ALGO", "ring", "auto"), ("MOJOCCL_NET_RAILS", "0", "1"), ("MOJOCCL_NET_DIRECT_NODES", "4", "16"),
+    ("MOJOCCL_NET_FRAMES", "fabric", "auto"),
 ])
 def test_an_algorithm_setting_that_differs_between_ranks_fails_every_rank(variable, value, default):
     # Ranks that chose different algorithms would not meet.
@@ -284,9 +290,9 @@ def test_broadcasts_on_rails_carry_a_slice_from_every_local_rank(rails, scenario
     # the staging region when it first moves bytes between nodes. Broadcasts
     # of 1 MiB from every root, 2 nodes x 2 ranks: on rails each local rank
     # carries its slice; by the leaders, and for a call too small for rails,
-    # only the nodes' first ranks move bytes.
+    # only the nodes' first ranks move bytes (the frames on the fabric too).
     env = {**FABRIC, "MOJOCCL_FABRIC_MR_LOCAL": "1", "MOJOCCL_REGION_MB": "1", "MOJOCCL_IB_TRACE": "1",
-           "MOJOCCL_NET_RAILS": rails}
+           "MOJOCCL_NET_RAILS": rails, "MOJOCCL_NET_FRAMES": "fabric"}
     for result in ccl_job("aabb", env, scenario, timeout=120):
         assert f"ok {'broadcast' if scenario == 'broadcast' else 'all_reduce'}" in result.stdout, result.stdout
         registered = "registered the 1048576-byte staging region with tcp" in result.stderr

@@ -40,6 +40,20 @@ std::string segmentName(const ncclUniqueId& id, uint64_t hostHash) {
   return name;
 }
 
+// MOJOCCL_NET_FRAMES. Where the provider is TCP itself, the leaders' own
+// sockets carry a frame in about half of its round trip; RDMA providers are
+// faster than both. `auto` stops at kFrameSocketsMaxNodes nodes: each
+// leader then holds a second connection to every other one, and file
+// descriptors are often limited to 1,024.
+bool framesOnSockets(const std::string& setting, const FabricTransport& fabric, size_t nodes) {
+  constexpr size_t kFrameSocketsMaxNodes = 128;
+  if (setting != "auto") return setting == "socket";
+  const std::string provider = fabric.providerName();
+  const std::string core = provider.substr(0, provider.find(';'));
+  const bool tcp = core == "tcp" || core == "net" || core == "sockets" || core == "udp";
+  return tcp && nodes <= kFrameSocketsMaxNodes;
+}
+
 }  // namespace
 
 Comm::Comm(const ncclUniqueId& id, int nranks, int rank)
@@ -66,7 +80,7 @@ Comm::Comm(const ncclUniqueId& id, int nranks, int rank)
   localIndex_ = static_cast<int>(std::find(nodes_[node_].begin(), nodes_[node_].end(), rank) -
                                  nodes_[node_].begin());
   shm_ = std::make_unique<ShmTransport>(bootstrap, peers, localIndex_, segmentName(id, ranks[rank].hostHash),
-                                        kSlotBytes, aborted_);
+                                        kSlotBytes, aborted_, coreSharers_ > sharedCpus_);
   if (nodes_.size() > 1) openFabric(bootstrap);
   bootstrap.close();
 }
@@ -112,7 +126,7 @@ void Comm::openFabric(Bootstrap& bootstrap) {
   std::string failure;
   bool trace = false;
   int timeoutSeconds = 0;
-  std::string railsSetting;
+  std::string railsSetting, framesSetting;
   try {
     if (envChoice("MOJOCCL_NET", "fabric", {"verbs", "fabric"}) == "verbs")
       fail(ncclInvalidUsage,
@@ -125,6 +139,7 @@ void Comm::openFabric(Bootstrap& bootstrap) {
     networkAlgorithms_ = NetworkAlgorithms::fromEnv();
     directNodes_ = static_cast<int>(envInt("MOJOCCL_NET_DIRECT_NODES", kDirectNodes, 1, 1 << 20));
     railsSetting = envChoice("MOJOCCL_NET_RAILS", "1", {"0", "1"});
+    framesSetting = envChoice("MOJOCCL_NET_FRAMES", "auto", {"auto", "socket", "fabric"});
     LibFabric::get();
   } catch (const Error& error) {
     failure = error.what();
@@ -133,6 +148,7 @@ void Comm::openFabric(Bootstrap& bootstrap) {
   bootstrap.requireSameSetting("MOJOCCL_NET_ALGO", NetworkAlgorithms::setting());
   bootstrap.requireSameSetting("MOJOCCL_NET_RAILS", railsSetting);
   bootstrap.requireSameSetting("MOJOCCL_NET_DIRECT_NODES", std::to_string(directNodes_));
+  bootstrap.requireSameSetting("MOJOCCL_NET_FRAMES", framesSetting);
   rails_ = railsSetting == "1" && nodes_[0].size() > 1 &&
            std::all_of(nodes_.begin(), nodes_.end(), [&](const auto& node) { return node.size() == nodes_[0].size(); });
   fabric_ = std::make_unique<FabricTransport>(bootstrap, rank_, localIndex_, aborted_, timeoutSeconds);
@@ -141,7 +157,11 @@ void Comm::openFabric(Bootstrap& bootstrap) {
   bootstrap.requireSameSetting("The provider's eager message size (FI_OFI_RXM_EAGER_LIMIT, FI_OFI_RXM_BUFFER_SIZE)",
                                std::to_string(fabric_->eagerMessage()));
   fabric_->traceRegistrations(trace);
-  watch_ = std::make_unique<PeerWatch>(bootstrap, nodes_, node_, rank_, *shm_, timeoutSeconds);
+  const bool frameSockets = framesOnSockets(framesSetting, *fabric_, nodes_.size());
+  watch_ = std::make_unique<PeerWatch>(bootstrap, nodes_, node_, rank_, *shm_, timeoutSeconds, frameSockets);
+  if (frameSockets && isLeader())
+    leaderSockets_ = std::make_unique<LeaderSockets>(watch_->takeFrameLinks(), rank_, bootstrap.ranks(), aborted_,
+                                                     timeoutSeconds);
   // A rank waiting on another node waits on no one here: the node's alarm
   // tells it that some rank died, the watch's news that a rank it waits on
   // left. That news travels on the watch's own connection and can overtake
@@ -149,21 +169,24 @@ void Comm::openFabric(Bootstrap& bootstrap) {
   // this rank progresses the fabric: a rank that left is blamed once the
   // wait has gone that long without a completion.
   static constexpr auto kLastMessagesGrace = std::chrono::milliseconds(250);
-  fabric_->checkPeersWith([this](const std::vector<int>& waitedOn, std::chrono::steady_clock::duration quiet) {
+  auto checkPeers = [this](const std::vector<int>& waitedOn, std::chrono::steady_clock::duration quiet) {
     shm_->checkNodeAlarm();
     if (quiet < kLastMessagesGrace) return;
     for (int peer : waitedOn)
       if (shm_->remoteDeparted(peer))
         fail(ncclRemoteError, "rank " + std::to_string(peer) + " destroyed or aborted its communicator");
-  });
+  };
+  fabric_->checkPeersWith(checkPeers);
+  if (leaderSockets_) leaderSockets_->checkPeersWith(checkPeers);
   if (trace) {
     std::string local;
     for (int peer : nodes_[node_]) local += (local.empty() ? "" : ",") + std::to_string(peer);
     const std::string carriers = rails_ ? "rail " + std::to_string(localIndex_) + " of " +
                                               std::to_string(nodes_[node_].size())
                                         : "leader " + std::to_string(leader());
-    fprintf(stderr, "[mojoccl] rank %d: node %d of %zu (ranks %s, %s); between nodes: %s\n", rank_, node_,
-            nodes_.size(), local.c_str(), carriers.c_str(), fabric_->describe().c_str());
+    fprintf(stderr, "[mojoccl] rank %d: node %d of %zu (ranks %s, %s); between nodes: %s; frames on %s\n", rank_,
+            node_, nodes_.size(), local.c_str(), carriers.c_str(), fabric_->describe().c_str(),
+            frameSockets ? "the leaders' sockets" : "the fabric");
   }
 }
 
@@ -175,6 +198,7 @@ void Comm::releaseTransports() {
   std::lock_guard<std::mutex> lock(transportsMutex_);
   failedAtRelease_ = std::move(failed);
   rejectedAtRelease_ = rejectedBefore;
+  leaderSockets_.reset();
   fabric_.reset();
   watch_.reset();
   shm_.reset();

@@ -28,6 +28,7 @@
 #include "mojoccl/nccl.h"
 #include "transports/device_ipc.h"
 #include "transports/fabric.h"
+#include "transports/leader_sockets.h"
 #include "transports/peer_watch.h"
 #include "transports/shm.h"
 
@@ -242,6 +243,7 @@ class Comm {
   std::unique_ptr<ShmTransport> shm_;
   std::unique_ptr<PeerWatch> watch_;         // only when the communicator spans nodes
   std::unique_ptr<FabricTransport> fabric_;  // likewise
+  std::unique_ptr<LeaderSockets> leaderSockets_;  // a leader's, where frames go on sockets (MOJOCCL_NET_FRAMES)
   std::mutex transportsMutex_;               // failedRanks() may race with releaseTransports()
   std::vector<int> failedAtRelease_;
   uint64_t rejectedAtRelease_ = 0;

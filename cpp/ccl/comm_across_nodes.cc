@@ -32,7 +32,9 @@ char* Comm::scratch(size_t bytes) {
 NetworkGroup Comm::rail(const Call& call, int index) {
   std::vector<int> ranks;
   for (const auto& node : nodes_) ranks.push_back(node[index]);
-  return {*fabric_, receiveRoom_, ranks, node_, call.describe() + " across nodes"};
+  // The leaders' group (rail 0) exchanges its frames on their sockets, where they have them.
+  return {*fabric_, receiveRoom_, ranks, node_, call.describe() + " across nodes",
+          index == 0 ? leaderSockets_.get() : nullptr};
 }
 
 namespace {

@@ -219,6 +219,18 @@ VARIABLES: tuple[Variable, ...] = (
         int_range=(1, 1048576),
     ),
     Variable(
+        "MOJOCCL_NET_FRAMES",
+        "auto",
+        "how the nodes' leaders exchange each call's frames (the agreement on the call, and the data "
+        "of collectives up to 64 KiB): `socket` on TCP connections of their own, made and proven "
+        "with the peer watch's (one send and one receive per frame: about half the round trip of "
+        "libfabric's tcp provider), `fabric` on the libfabric endpoint; `auto` takes the sockets "
+        "where the provider is tcp (or net, sockets, udp) up to 128 nodes (each leader holds a "
+        "second connection to every other), and the fabric on RDMA providers (cxi, verbs, efa), "
+        "whose round trip is shorter. Must be the same on every rank",
+        choices=("auto", "socket", "fabric"),
+    ),
+    Variable(
         "MOJOCCL_NET_RAILS",
         "1",
         "`1`: where every node has the same number of ranks, a large all-reduce and broadcast run on "

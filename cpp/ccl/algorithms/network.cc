@@ -453,6 +453,27 @@ struct PiecedReceive {
 
 size_t pieceFor(const NetworkGroup& group, size_t roomBytes) { return std::min(group.fabric.eagerMessage(), roomBytes); }
 
+// `outgoing` to member `to` while a message of up to incoming.size() bytes
+// comes from member `from` into `incoming`; its length. Returns once both
+// have moved (`outgoing` may then be refilled).
+size_t swap(const NetworkGroup& group, int to, const std::vector<char>& outgoing, int from,
+            std::vector<char>& incoming) {
+  size_t arrived = 0;
+  if (group.sockets) {
+    group.sockets->exchange({{group.ranks[to], outgoing.data(), outgoing.size()}},
+                            {{group.ranks[from], incoming.data(), incoming.size(), &arrived}}, group.what);
+    return arrived;
+  }
+  // Both sides cut the message by the room for the frames, which they
+  // compute alike: the pieces match.
+  const size_t piece = pieceFor(group, incoming.size());
+  PiecedReceive arriving(group, from, incoming.data(), incoming.size(), piece);
+  sendInPieces(group, to, outgoing.data(), outgoing.size(), piece);
+  arrived = arriving.complete();
+  group.fabric.waitAll(group.what);  // our sends
+  return arrived;
+}
+
 }  // namespace
 
 void networkExchangeFrames(const NetworkGroup& group, const std::vector<char*>& frames, size_t sendBytes,
@@ -467,13 +488,23 @@ void networkSendFrames(const NetworkGroup& group, const std::vector<const char*>
                        const std::vector<size_t>& outgoingBytes, const std::vector<char*>& frames, size_t roomBytes,
                        std::vector<size_t>& received) {
   const int n = group.size(), self = group.self;
+  received.assign(n, 0);
+  if (group.sockets) {
+    std::vector<LeaderSockets::Send> sends;
+    std::vector<LeaderSockets::Receive> receives;
+    for (int member = 0; member < n; ++member) {
+      if (member == self) continue;
+      sends.push_back({group.ranks[member], outgoing[member], outgoingBytes[member]});
+      receives.push_back({group.ranks[member], frames[member], roomBytes, &received[member]});
+    }
+    return group.sockets->exchange(sends, receives, group.what);
+  }
   const size_t piece = pieceFor(group, roomBytes);
   std::vector<std::unique_ptr<PiecedReceive>> arriving(n);
   for (int member = 0; member < n; ++member)
     if (member != self) arriving[member] = std::make_unique<PiecedReceive>(group, member, frames[member], roomBytes, piece);
   for (int member = 0; member < n; ++member)
     if (member != self) sendInPieces(group, member, outgoing[member], outgoingBytes[member], piece);
-  received.assign(n, 0);
   for (int member = 0; member < n; ++member)
     if (member != self) received[member] = arriving[member]->complete();
   group.fabric.waitAll(group.what);  // our sends
@@ -495,9 +526,6 @@ void networkGatherFrames(const NetworkGroup& group, const std::vector<char*>& fr
     const int count = std::min(held, n - held);
     const int to = (self - held + n) % n, from = (self + held) % n;
     incoming.resize(count * slot);
-    // Both sides cut the message by the room for `count` frames, which
-    // they compute alike: the pieces match.
-    PiecedReceive arriving(group, from, incoming.data(), incoming.size(), pieceFor(group, incoming.size()));
     outgoing.clear();
     for (int k = 0; k < count; ++k) {
       const int member = (self + k) % n;
@@ -506,8 +534,7 @@ void networkGatherFrames(const NetworkGroup& group, const std::vector<char*>& fr
                       reinterpret_cast<const char*>(&length) + sizeof length);
       outgoing.insert(outgoing.end(), frames[member], frames[member] + length);
     }
-    sendInPieces(group, to, outgoing.data(), outgoing.size(), pieceFor(group, incoming.size()));
-    const size_t arrived = arriving.complete();
+    const size_t arrived = swap(group, to, outgoing, from, incoming);
     size_t offset = 0;
     for (int k = 0; k < count; ++k) {
       const int member = (self + held + k) % n;
@@ -521,7 +548,6 @@ void networkGatherFrames(const NetworkGroup& group, const std::vector<char*>& fr
       received[member] = length;
       offset += length;
     }
-    group.fabric.waitAll(group.what);  // our sends, before `outgoing` is refilled
     held += count;
   }
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../transports/fabric.h"
+#include "../transports/leader_sockets.h"
 #include "layout.h"
 #include "network_choice.h"
 #include "mojoccl/nccl.h"
@@ -36,6 +37,7 @@ struct NetworkGroup {
   std::vector<int> ranks;  // communicator ranks, in group order
   int self;                // our index in `ranks`
   std::string what;        // the caller's operation, for errors
+  LeaderSockets* sockets = nullptr;  // where the frames go instead of the fabric (leaders only)
   int size() const { return static_cast<int>(ranks.size()); }
   int next() const { return ranks[(self + 1) % size()]; }  // round the ring
   int previous() const { return ranks[(self + size() - 1) % size()]; }

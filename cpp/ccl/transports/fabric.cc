@@ -542,13 +542,17 @@ std::vector<int> FabricTransport::peersWaitedOn() const {
   return peers;
 }
 
+std::string FabricTransport::providerName() const { return info_->fabric_attr->prov_name; }
+
+std::string waitedAcrossNodes(const std::string& what, int rank, int peer, const RankInfo& peerInfo,
+                              int timeoutSeconds) {
+  return what + ": rank " + std::to_string(rank) + " waited " + std::to_string(timeoutSeconds) + " s for rank " +
+         std::to_string(peer) + " (" + peerInfo.hostname + ", pid " + std::to_string(peerInfo.pid) +
+         ") across nodes (MOJOCCL_IB_TIMEOUT_S=" + std::to_string(timeoutSeconds) + ")";
+}
+
 void FabricTransport::failTimedOut(const std::string& what, int rank) {
-  const auto& peer = ranks_[rank];
-  std::string message = what + ": rank " + std::to_string(rank_) + " waited " +
-                        std::to_string(timeoutSeconds_) + " s for rank " + std::to_string(rank) +
-                        " (" + peer.hostname + ", pid " + std::to_string(peer.pid) +
-                        ") across nodes (MOJOCCL_IB_TIMEOUT_S=" + std::to_string(timeoutSeconds_) + ")";
-  fail(ncclRemoteError, message);
+  fail(ncclRemoteError, waitedAcrossNodes(what, rank_, rank, ranks_[rank], timeoutSeconds_));
 }
 
 // After a failure the ranks are out of step and the communicator unusable:

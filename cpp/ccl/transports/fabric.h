@@ -64,6 +64,10 @@ void forEachPiece(size_t units, size_t piece, Body body) {
   for (; offset < units; offset += piece) body(offset, piece);
 }
 
+// "<what>: rank R waited T s for rank P (host, pid) across nodes (MOJOCCL_IB_TIMEOUT_S=T)"
+std::string waitedAcrossNodes(const std::string& what, int rank, int peer, const RankInfo& peerInfo,
+                              int timeoutSeconds);
+
 class FabricTransport {
  public:
   // Collective over `bootstrap`: every rank of the communicator opens an
@@ -124,6 +128,8 @@ class FabricTransport {
 
   // "tcp;ofi_rxm on lo (libfabric 1.17, /usr/lib/.../libfabric.so.1)"
   std::string describe() const;
+  // "tcp;ofi_rxm", "cxi", "verbs;ofi_rxm"...
+  std::string providerName() const;
   // Prints a line for each memory region registered (MOJOCCL_IB_TRACE).
   void traceRegistrations(bool on) { traceRegistrations_ = on; }
   // Messages turned away: not from a rank of the communicator, or without its key.

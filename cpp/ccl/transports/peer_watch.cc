@@ -25,13 +25,14 @@ struct Frame {
 };
 constexpr uint32_t kMaxText = 1024;
 
-// What a leader sends first on its connection to a later node's leader:
-// proof that it belongs to this communicator (seal.h), and its rank.
+// What a leader sends first on each connection to a later node's leader:
+// proof that it belongs to this communicator (seal.h), its rank, and what
+// the connection is for.
 struct Handshake {
   uint64_t magic;
   uint64_t proof;  // SealKeys::peerWatch
   int32_t rank;
-  uint32_t unused = 0;  // no padding of unknown bytes on the wire
+  uint32_t channel;  // 0: the watch; 1: the frames (leader_sockets.h)
 };
 static_assert(sizeof(Handshake) == 24, "the handshake is 24 bytes on the wire");
 constexpr uint64_t kHandshakeMagic = 0x4843544157434a4dull;  // "MJCWATCH"
@@ -65,8 +66,13 @@ void letTheWireDrain() { std::this_thread::sleep_for(std::chrono::milliseconds(5
 }  // namespace
 
 PeerWatch::PeerWatch(Bootstrap& bootstrap, const std::vector<std::vector<int>>& nodes, int node, int rank,
-                     ShmTransport& shm, int timeoutSeconds)
-    : rank_(rank), shm_(shm), ranks_(bootstrap.ranks()), rejections_("rank " + std::to_string(rank) + "'s peer watch") {
+                     ShmTransport& shm, int timeoutSeconds, bool frameLinks)
+    : rank_(rank),
+      shm_(shm),
+      ranks_(bootstrap.ranks()),
+      channels_(frameLinks ? 2 : 1),
+      frameLinks_(ranks_.size()),
+      rejections_("rank " + std::to_string(rank) + "'s peer watch") {
   connectLeaders(bootstrap, nodes, node, timeoutSeconds);
   if (nodes[node][0] != rank_) return;
   if (pipe2(wakeup_, O_CLOEXEC) != 0) failSystem("pipe2");
@@ -104,14 +110,17 @@ void PeerWatch::connectLeaders(Bootstrap& bootstrap, const std::vector<std::vect
         SocketAddress address;
         address.storage = theirs->storage;
         address.length = theirs->length;
-        Socket socket = Socket::connectTo(address, deadline);
-        const Handshake handshake{kHandshakeMagic, bootstrap.keys().peerWatch, rank_};
-        socket.sendAll(&handshake, sizeof(handshake), deadline);
-        leaders_.push_back({peer, std::move(socket)});
+        for (uint32_t channel = 0; channel < channels_; ++channel) {
+          Socket socket = Socket::connectTo(address, deadline);
+          const Handshake handshake{kHandshakeMagic, bootstrap.keys().peerWatch, rank_, channel};
+          socket.sendAll(&handshake, sizeof(handshake), deadline);
+          keep({peer, channel}, std::move(socket));
+        }
       }
-      std::vector<int> earlierLeaders;
-      for (int earlier = 0; earlier < node; ++earlier) earlierLeaders.push_back(nodes[earlier][0]);
-      acceptLeaders(listener, earlierLeaders, bootstrap.keys().peerWatch, deadline, timeoutSeconds);
+      std::vector<Link> earlierLinks;
+      for (int earlier = 0; earlier < node; ++earlier)
+        for (uint32_t channel = 0; channel < channels_; ++channel) earlierLinks.push_back({nodes[earlier][0], channel});
+      acceptLeaders(listener, earlierLinks, bootstrap.keys().peerWatch, deadline, timeoutSeconds);
       for (auto& other : leaders_) keepAlive(other.socket.fd(), timeoutSeconds);
     } catch (const Error& error) {
       failure = "connecting the nodes' leaders: " + std::string(error.what());
@@ -125,7 +134,7 @@ void PeerWatch::connectLeaders(Bootstrap& bootstrap, const std::vector<std::vect
 // of another job, a second claim of a rank) is closed and counted, and
 // accepting goes on: a stranger can neither take a leader's place nor end
 // the job's set-up.
-void PeerWatch::acceptLeaders(Socket& listener, std::vector<int> expected, uint64_t proof, Deadline deadline,
+void PeerWatch::acceptLeaders(Socket& listener, std::vector<Link> expected, uint64_t proof, Deadline deadline,
                               int timeoutSeconds) {
   auto turnAway = [&](Socket& socket, const std::string& why) {
     rejections_.record("a connection from " + socket.peerName() + " (" + why + ")");
@@ -133,19 +142,26 @@ void PeerWatch::acceptLeaders(Socket& listener, std::vector<int> expected, uint6
   auto greeted = [&](Socket& socket, const std::vector<char>& greeting) {
     Handshake said;
     memcpy(&said, greeting.data(), sizeof(said));
-    const auto awaited = std::find(expected.begin(), expected.end(), said.rank);
+    const auto awaited = std::find(expected.begin(), expected.end(), Link{said.rank, said.channel});
     if (said.magic != kHandshakeMagic || said.proof != proof) {
       turnAway(socket, "not of this communicator");
     } else if (awaited == expected.end()) {
       turnAway(socket, "it claimed rank " + std::to_string(said.rank) + ", not a leader still expected");
     } else {
       expected.erase(awaited);
-      leaders_.push_back({said.rank, std::move(socket)});
+      keep({said.rank, said.channel}, std::move(socket));
     }
   };
   if (!acceptGreeted(listener, sizeof(Handshake), deadline, [&] { return expected.empty(); }, greeted, turnAway))
     fail(ncclRemoteError, "the leaders of earlier nodes did not all connect within MOJOCCL_IB_TIMEOUT_S=" +
                               std::to_string(timeoutSeconds) + " s");
+}
+
+void PeerWatch::keep(const Link& link, Socket socket) {
+  if (link.channel == 0)
+    leaders_.push_back({link.rank, std::move(socket)});
+  else
+    frameLinks_[link.rank] = std::move(socket);
 }
 
 PeerWatch::~PeerWatch() {

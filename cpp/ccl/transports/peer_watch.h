@@ -44,8 +44,13 @@ class PeerWatch {
  public:
   // Collective over `bootstrap`: every rank of the communicator calls it;
   // only leaders (the first rank of each of `nodes`) connect and watch.
+  // With `frameLinks`, each pair of leaders makes a second connection, for
+  // the frames of every call (transports/leader_sockets.h).
   PeerWatch(Bootstrap& bootstrap, const std::vector<std::vector<int>>& nodes, int node, int rank,
-            ShmTransport& shm, int timeoutSeconds);
+            ShmTransport& shm, int timeoutSeconds, bool frameLinks);
+  // The second connections, by the other leader's rank (invalid for the
+  // other ranks); once.
+  std::vector<Socket> takeFrameLinks() { return std::move(frameLinks_); }
   ~PeerWatch();  // tells the other leaders that this rank left
   // Connections turned away while the leaders connected.
   uint64_t rejected() const { return rejections_.count(); }
@@ -60,8 +65,15 @@ class PeerWatch {
   };
   void connectLeaders(Bootstrap& bootstrap, const std::vector<std::vector<int>>& nodes, int node,
                       int timeoutSeconds);
-  void acceptLeaders(Socket& listener, std::vector<int> expected, uint64_t proof, Deadline deadline,
+  // A leader's connection for `channel`: 0 the watch's, 1 the frames'.
+  struct Link {
+    int rank;
+    uint32_t channel;
+    bool operator==(const Link& other) const { return rank == other.rank && channel == other.channel; }
+  };
+  void acceptLeaders(Socket& listener, std::vector<Link> expected, uint64_t proof, Deadline deadline,
                      int timeoutSeconds);
+  void keep(const Link& link, Socket socket);
   void watch();
   void watchLocalRanks();
   void readFrom(Leader& leader);
@@ -72,6 +84,8 @@ class PeerWatch {
   ShmTransport& shm_;
   std::vector<RankInfo> ranks_;
   std::vector<Leader> leaders_;  // the other nodes' leaders
+  uint32_t channels_ = 1;
+  std::vector<Socket> frameLinks_;  // by rank
   std::vector<bool> localWatched_;  // per local rank: still to be watched
   int wakeup_[2] = {-1, -1};        // a pipe that ends the thread
   Rejections rejections_;

@@ -49,12 +49,6 @@ size_t nextPowerOfTwo(size_t value) {
 // would still succeed on a zombie whose parent has not reaped it yet.
 int openPidfd(int pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
 
-int usableCores() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
-}
-
 }  // namespace
 
 constexpr size_t kFailureBytes = 512;
@@ -109,7 +103,7 @@ constexpr size_t kBufferHeaderBytes = kPage;
 
 ShmTransport::ShmTransport(Bootstrap& bootstrap, std::vector<ShmPeer> peers, int self,
                            const std::string& segmentName, size_t slotBytes,
-                           const std::atomic<bool>& aborted)
+                           const std::atomic<bool>& aborted, bool ranksOutnumberCores)
     : peers_(std::move(peers)), self_(self), name_(segmentName),
       slotBytes_(roundUp(slotBytes, kPage)), aborted_(aborted), outgoing_(peers_.size()) {
   const size_t n = peers_.size();
@@ -118,7 +112,7 @@ ShmTransport::ShmTransport(Bootstrap& bootstrap, std::vector<ShmPeer> peers, int
   entryBytes_ = roundUp(entryBytes_, kCacheLine);
   // Ranks that outnumber cores must yield quickly or the rank they wait for
   // cannot run; otherwise a short spin avoids the futex round trip.
-  spins_ = size() > usableCores() ? 64 : 20000;
+  spins_ = ranksOutnumberCores ? 64 : 20000;
 
   const size_t controlBytes = roundUp(sizeof(ControlBlock) * n, kPage);
   const size_t channelBytes =

@@ -51,9 +51,11 @@ class ShmTransport {
  public:
   // Collective over `bootstrap`: every rank of the communicator calls it,
   // `peers` are the ranks of this node in local order, `self` is our index.
+  // `ranksOutnumberCores`: the job's ranks whose CPUs overlap ours are more
+  // than those CPUs (Comm::coreSharing), so a wait must not hold a core.
   ShmTransport(Bootstrap& bootstrap, std::vector<ShmPeer> peers, int self,
                const std::string& segmentName, size_t slotBytes,
-               const std::atomic<bool>& aborted);
+               const std::atomic<bool>& aborted, bool ranksOutnumberCores);
   ~ShmTransport();
   ShmTransport(const ShmTransport&) = delete;
   ShmTransport& operator=(const ShmTransport&) = delete;
