@@ -80,7 +80,7 @@ Comm::Comm(const ncclUniqueId& id, int nranks, int rank)
   localIndex_ = static_cast<int>(std::find(nodes_[node_].begin(), nodes_[node_].end(), rank) -
                                  nodes_[node_].begin());
   shm_ = std::make_unique<ShmTransport>(bootstrap, peers, localIndex_, segmentName(id, ranks[rank].hostHash),
-                                        kSlotBytes, aborted_, coreSharers_ > sharedCpus_);
+                                        kSlotBytes, aborted_, ranksOutnumberCores());
   if (nodes_.size() > 1) openFabric(bootstrap);
   bootstrap.close();
 }
@@ -100,6 +100,13 @@ void Comm::findCoreSharers(const std::vector<RankInfo>& ranks) {
   }
   sharedCpus_ = 0;
   for (uint64_t word : together) sharedCpus_ += __builtin_popcountll(word);
+}
+
+// Where no rank's affinity mask could be read (sharedCpus_ 0), the node's
+// ranks against the machine's CPUs.
+bool Comm::ranksOutnumberCores() const {
+  if (sharedCpus_ > 0) return coreSharers_ > sharedCpus_;
+  return static_cast<long>(nodes_[node_].size()) > sysconf(_SC_NPROCESSORS_ONLN);
 }
 
 uint64_t Comm::rejected() {
@@ -198,9 +205,9 @@ void Comm::releaseTransports() {
   std::lock_guard<std::mutex> lock(transportsMutex_);
   failedAtRelease_ = std::move(failed);
   rejectedAtRelease_ = rejectedBefore;
-  leaderSockets_.reset();
   fabric_.reset();
   watch_.reset();
+  leaderSockets_.reset();
   shm_.reset();
   devicePeers_.reset();
 }

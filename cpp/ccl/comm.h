@@ -126,6 +126,7 @@ class Comm {
   void run(Describe what, Algorithm algorithm);
   void validate(const Call& call) const;
   void findCoreSharers(const std::vector<RankInfo>& ranks);
+  bool ranksOutnumberCores() const;  // waits must not hold a core
   void groupIntoNodes(const std::vector<RankInfo>& ranks);
   void openFabric(Bootstrap& bootstrap);
 
@@ -232,18 +233,19 @@ class Comm {
   std::vector<std::vector<int>> nodes_;  // each node's ranks; nodes ordered by their lowest rank
   std::vector<int> nodeOfRank_;
   int node_ = 0;  // ours
-  int localIndex_ = 0;
-  int coreSharers_ = 1;
-  int sharedCpus_ = 0;  // our place among our node's ranks
+  int localIndex_ = 0;   // our place among our node's ranks
+  int coreSharers_ = 1;  // the job's ranks on this host whose CPUs overlap ours (us included)
+  int sharedCpus_ = 0;   // the CPUs of those ranks together (0: their masks are unknown)
   bool rails_ = false;
   std::vector<char> railBuffer_;  // a rail all-reduce or broadcast that the node's ranks do not divide
   // They go in the reverse order of these lines (releaseTransports() too):
-  // the fabric first, delivering this rank's last sends, and only then the
-  // watch, which tells the other nodes that this rank left.
+  // the fabric first, delivering this rank's last sends, then the watch,
+  // which tells the other nodes that this rank left, and only then the
+  // frames' sockets, whose end of file that news explains.
   std::unique_ptr<ShmTransport> shm_;
+  std::unique_ptr<LeaderSockets> leaderSockets_;  // a leader's, where frames go on sockets (MOJOCCL_NET_FRAMES)
   std::unique_ptr<PeerWatch> watch_;         // only when the communicator spans nodes
   std::unique_ptr<FabricTransport> fabric_;  // likewise
-  std::unique_ptr<LeaderSockets> leaderSockets_;  // a leader's, where frames go on sockets (MOJOCCL_NET_FRAMES)
   std::mutex transportsMutex_;               // failedRanks() may race with releaseTransports()
   std::vector<int> failedAtRelease_;
   uint64_t rejectedAtRelease_ = 0;

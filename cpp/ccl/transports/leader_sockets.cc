@@ -104,17 +104,21 @@ void LeaderSockets::exchange(const std::vector<Send>& sends, const std::vector<R
       sched_yield();
     else
       waitQuietly(outgoing, incoming);
+    // The peers whose messages have not moved yet, each way.
+    auto waitedOn = [&] {
+      std::vector<int> peers;
+      for (const auto& message : outgoing)
+        if (!message.done()) peers.push_back(message.peer);
+      for (const auto& message : incoming)
+        if (!message.done()) peers.push_back(message.peer);
+      return peers;
+    };
     if (checkPeers_ && now - lastCheck > std::chrono::milliseconds(1)) {
       lastCheck = now;
-      std::vector<int> waitedOn;
-      for (const auto& message : incoming)
-        if (!message.done()) waitedOn.push_back(message.peer);
-      checkPeers_(waitedOn, now - lastProgress);
+      checkPeers_(waitedOn(), now - lastProgress);
     }
     if (now - lastProgress > std::chrono::seconds(timeoutSeconds_)) {
-      int peer = incoming.empty() ? outgoing.front().peer : incoming.front().peer;
-      for (const auto& message : incoming)
-        if (!message.done()) peer = message.peer;
+      const int peer = waitedOn().front();
       fail(ncclRemoteError, waitedAcrossNodes(what, rank_, peer, ranks_[peer], timeoutSeconds_));
     }
   }

@@ -1,6 +1,6 @@
 // Each call's frames between the nodes' leaders on TCP connections of their
-// own: where the fabric is libfabric's tcp provider, a frame crosses in one
-// send() and one recv(), in about half of ofi_rxm's round trip (an 8-byte
+// own: where the fabric is libfabric's tcp provider, a frame crosses as one
+// sendmsg() (its length, then its bytes), in about half of ofi_rxm's round trip (an 8-byte
 // all-reduce between 2 nodes: docs/performance.md). The frames are the
 // agreement on every call between nodes and the data of the small
 // collectives (algorithms/network.h); all else stays on the fabric.
