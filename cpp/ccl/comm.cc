@@ -397,6 +397,15 @@ void Comm::transfer(const std::vector<PointToPoint>& batch, Exchange exchange) {
                                std::to_string(batch[0].peer)
                          : "a group of " + std::to_string(batch.size()) + " sends and receives";
   run([&] { return what; }, [&] {
+    // An all-to-all between nodes agrees on the call first, as every
+    // collective between nodes does: up to MOJOCCL_NET_DIRECT_NODES nodes
+    // its small sends travel in the same frames, past them it then goes
+    // rank to rank.
+    if (collective && spansNodes()) {
+      const Call call{CallKind::AllToAll, nullptr, nullptr, 0, batch[0].datatype, ncclSum, 0, exchangeCall};
+      if (static_cast<int>(nodes_.size()) <= directNodes_) return allToAllAcrossNodes(transfers, remote, call, what);
+      agreeAcrossNodes(call);
+    }
     // Sends within the node are buffered and never wait for the network, so
     // they go first; then the messages between nodes, even after a message
     // within the node was of the wrong size: the other nodes' ranks wait

@@ -24,6 +24,7 @@
 #include "algorithms/network.h"
 #include "algorithms/network_choice.h"
 #include "algorithms/p2p.h"
+#include "algorithms/step.h"
 #include "bootstrap.h"
 #include "mojoccl/nccl.h"
 #include "transports/device_ipc.h"
@@ -174,10 +175,13 @@ class Comm {
   bool nodesAreRankRanges() const;
   void reduceScatterByNodes(const Call& call);
   std::string exchangeNodeFrames(const Call& call, size_t payloadBytes);
+  std::string sendOwnFrames(const Call& call, const std::function<size_t(size_t node, char* payload)>& fill);
   char* frame(size_t node);  // each node's report (and data), in frames_
   // Writes this node's report on `call` into our frame (the node's ranks
   // compare their calls first); true when they agree.
   bool reportInFrame(const Call& call);
+  // The same where the node's ranks have compared their calls already.
+  bool reportInFrame(const Call& call, const std::string& nodeProblem);
   // The all-reduce of `call` with its result in `result` on every rank.
   void allReduceAcrossNodes(const Call& call, void* result);
   void allReduceAcrossNodesInPlace(const Call& call) { allReduceAcrossNodes(call, call.recv); }
@@ -203,6 +207,28 @@ class Comm {
   // reduce-scatters on its rail.
   void reduceScatterOnRails(const Call& call);
   void reduceAcrossNodes(const Call& call);
+
+  // ---- the all-to-all between nodes (comm_all_to_all.cc): `withinNode`
+  // by shared memory, `remote` in the leaders' frames or on the fabric.
+  struct AllToAllCounts;
+  struct AllToAllHandout;
+  void allToAllAcrossNodes(const std::vector<Transfer>& withinNode, const std::vector<Transfer>& remote,
+                           const Call& call, const std::string& what);
+  void writeAllToAllSlot(char* slot, const std::vector<const Transfer*>& sendTo,
+                         const std::vector<const Transfer*>& receiveFrom, size_t element) const;
+  size_t slotOffsetOf(const AllToAllCounts& counts, size_t s, int d, size_t element) const;
+  std::string takeLocalPartsFromSlots(const Step& step, const AllToAllCounts& counts,
+                                      const std::vector<const Transfer*>& sendTo,
+                                      const std::vector<const Transfer*>& receiveFrom, const Call& call) const;
+  bool sendsFitInFrames(const AllToAllCounts& counts, size_t element) const;
+  void exchangeAllToAllFrames(const Call& call, const Step& step, const AllToAllCounts& counts, bool inFrames,
+                              AllToAllHandout& handout);
+  template <typename Visit>
+  void forEachPartFromNodes(const AllToAllCounts& counts, AllToAllHandout& handout, size_t element,
+                            Visit visit) const;
+  void packFromFrames(const Call& call, const AllToAllCounts& counts, AllToAllHandout& handout, char* into);
+  std::string takePartsFromFrames(const Call& call, const AllToAllCounts& counts, AllToAllHandout& handout,
+                                  const char* data, const std::vector<const Transfer*>& receiveFrom) const;
   // Checks `call`, then runs it within the node, or across nodes once every
   // rank agrees on it (`agreesItself`: `acrossNodes` finds that out itself).
   void collective(const Call& call, void (Comm::*withinNode)(const Call&),

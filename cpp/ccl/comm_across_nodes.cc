@@ -12,6 +12,7 @@
 #include "datatypes.h"
 #include "error.h"
 #include "kernels.h"
+#include "node_frames.h"
 
 namespace mojoccl {
 namespace {
@@ -38,34 +39,11 @@ NetworkGroup Comm::rail(const Call& call, int index) {
 }
 
 namespace {
-constexpr size_t kVerdictBytes = 512;
-
 // Half types cross nodes in float32 and are rounded once, at the end, as on
 // one node: the result does not depend on how ranks are placed.
 ncclDataType_t acrossNodesType(ncclDataType_t type) {
   return type == ncclFloat16 || type == ncclBfloat16 ? ncclFloat32 : type;
 }
-
-// What a node's leader tells the other leaders about a call, at the front
-// of its frame: its ranks' call, and the node's own disagreement, if any,
-// as `problemBytes` of text right behind the report. Where there is none,
-// the data of a small collective follows the report instead (an 8-byte
-// all-reduce's frame is 48 bytes: small enough to go inject).
-struct NodeReport {
-  CallSignature signature;
-  uint64_t problemBytes;
-  const char* problem() const { return reinterpret_cast<const char*>(this + 1); }
-};
-
-// A frame's data, where its node found no disagreement.
-char* payloadOf(char* frame) { return frame + sizeof(NodeReport); }
-
-void copyText(char* to, const std::string& text) { std::snprintf(to, kVerdictBytes, "%s", text.c_str()); }
-
-// Room for any leader's frame: its node's report, then its disagreement or
-// the data of a small all-reduce (halves cross in float32, at twice their
-// bytes).
-constexpr size_t kFrameRoom = sizeof(NodeReport) + std::max(kVerdictBytes, 2 * kOneShotMaxBytes);
 }  // namespace
 
 std::string Comm::nodeDisagreement(const Call& call) {
@@ -101,10 +79,12 @@ void Comm::agreeAcrossNodes(const Call& call) {
   if (verdict[0] != '\0') throw MismatchError(verdict);
 }
 
-bool Comm::reportInFrame(const Call& call) {
+bool Comm::reportInFrame(const Call& call) { return reportInFrame(call, nodeDisagreement(call)); }
+
+bool Comm::reportInFrame(const Call& call, const std::string& nodeProblem) {
   NodeReport& mine = *reinterpret_cast<NodeReport*>(frame(node_));
   mine.signature = CallSignature::of(call);
-  const std::string problem = nodeDisagreement(call).substr(0, kVerdictBytes - 1);
+  const std::string problem = nodeProblem.substr(0, kVerdictBytes - 1);
   mine.problemBytes = problem.size();
   std::memcpy(payloadOf(frame(node_)), problem.data(), problem.size());
   return problem.empty();
@@ -131,6 +111,30 @@ std::string Comm::exchangeNodeFrames(const Call& call, size_t payloadBytes) {
   exchange(leaders(call), frames, sizeof(NodeReport) + (mine.problemBytes > 0 ? mine.problemBytes : payloadBytes),
            kFrameRoom, received);
   return disagreementAcrossNodes(frames[0], kFrameRoom);
+}
+
+// To every other leader a frame of its own: our node's report, then, where
+// the node found no disagreement, what `fill(node, payload)` writes for that
+// leader's node (returning its length); frame(node) receives theirs.
+// Returns the first disagreement among the nodes' reports, or "".
+std::string Comm::sendOwnFrames(const Call& call, const std::function<size_t(size_t node, char* payload)>& fill) {
+  const size_t nodes = nodes_.size();
+  const auto& report = *reinterpret_cast<const NodeReport*>(frame(node_));
+  const size_t reportBytes = sizeof(NodeReport) + report.problemBytes;
+  if (outgoingFrames_.size() < nodes * kFrameRoom) outgoingFrames_.resize(nodes * kFrameRoom);
+  std::vector<const char*> outgoing;
+  std::vector<size_t> outgoingBytes;
+  std::vector<char*> incoming;
+  for (size_t node = 0; node < nodes; ++node) {
+    char* out = outgoingFrames_.data() + node * kFrameRoom;
+    std::memcpy(out, frame(node_), reportBytes);
+    outgoing.push_back(out);
+    outgoingBytes.push_back(reportBytes + (report.problemBytes == 0 ? fill(node, payloadOf(out)) : 0));
+    incoming.push_back(frame(node));
+  }
+  std::vector<size_t> received;
+  networkSendFrames(leaders(call), outgoing, outgoingBytes, incoming, kFrameRoom, received);
+  return disagreementAcrossNodes(frame(0), kFrameRoom);
 }
 
 // A small all-gather (up to 64 KiB in all)
@@ -228,25 +232,11 @@ void Comm::smallReduceScatterByNodes(const Call& call) {
   const size_t ourBytes = (ours.end - ours.begin) * size;
   char* handBack = scratch(kVerdictBytes + ourBytes);  // the verdict, then the node's blocks
   if (isLeader()) {
-    const auto& report = *reinterpret_cast<const NodeReport*>(frame(node_));
-    const size_t reportBytes = sizeof(NodeReport) + report.problemBytes;
-    if (outgoingFrames_.size() < nodes * kFrameRoom) outgoingFrames_.resize(nodes * kFrameRoom);
-    std::vector<const char*> outgoing;
-    std::vector<size_t> outgoingBytes;
-    std::vector<char*> incoming;
-    for (size_t node = 0; node < nodes; ++node) {
-      char* out = outgoingFrames_.data() + node * kFrameRoom;
+    copyText(handBack, sendOwnFrames(call, [&](size_t node, char* payload) {
       const Slice theirs = blocksOf(node);
-      const size_t bytes = agreed ? (theirs.end - theirs.begin) * size : 0;
-      std::memcpy(out, frame(node_), reportBytes);
-      if (bytes > 0) std::memcpy(payloadOf(out), partial + theirs.begin * size, bytes);
-      outgoing.push_back(out);
-      outgoingBytes.push_back(reportBytes + bytes);
-      incoming.push_back(frame(node));
-    }
-    std::vector<size_t> received;
-    networkSendFrames(leaders(call), outgoing, outgoingBytes, incoming, kFrameRoom, received);
-    copyText(handBack, disagreementAcrossNodes(frame(0), kFrameRoom));
+      std::memcpy(payload, partial + theirs.begin * size, (theirs.end - theirs.begin) * size);
+      return (theirs.end - theirs.begin) * size;
+    }));
     if (handBack[0] == '\0') {
       std::vector<const void*> sources;
       for (size_t node = 0; node < nodes; ++node)

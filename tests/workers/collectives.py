@@ -847,6 +847,28 @@ def check_bad_input(m):
                      "rank 1 sent 300000 x float32", disagreeing)
         else:
             disagreeing()
+        # The same small: between nodes the parts then travel in the
+        # leaders' frames (or within a node in shared memory), and still
+        # only the rank that expected another count raises; the others
+        # receive every part.
+        sent = torch.arange(8 * m.world, dtype=torch.float32) + 100 * m.rank
+        expected_rows = [7 if (m.rank == 0 and r == 1) else 8 for r in range(m.world)]
+        received = torch.full((sum(expected_rows),), -1.0)
+        disagreeing = lambda: dist.all_to_all_single(received, sent, output_split_sizes=expected_rows,
+                                                     input_split_sizes=[8] * m.world)
+        if m.rank == 0:
+            m.raises("small all_to_all part size mismatch", RuntimeError, "rank 1 sent 8 x float32", disagreeing)
+        else:
+            disagreeing()
+            m.same("small all_to_all beside a mismatch", [received],
+                   [torch.cat([torch.arange(8 * m.rank, 8 * m.rank + 8, dtype=torch.float32) + 100 * r
+                               for r in range(m.world)])])
+        if m.spans_nodes:
+            # Between nodes an all-to-all agrees on the call as every
+            # collective does (within a node it is sends and receives).
+            m.raises("all_to_all against all_reduce", RuntimeError, "collective mismatch",
+                     lambda: dist.all_to_all_single(torch.empty(m.world * 8), torch.ones(m.world * 8)) if m.rank == 0
+                     else dist.all_reduce(torch.ones(m.world * 8)))
         m.raises("sparse shapes", ValueError, "every rank must pass a tensor of one shape",
                  lambda: dist.all_reduce(torch.sparse_coo_tensor(torch.zeros(2, 0, dtype=torch.long),
                                                                  torch.zeros(0), (3 + m.rank, 4))))

@@ -11,6 +11,7 @@ static const char* kindName(uint32_t kind) {
     case CallKind::AllGather: return "ncclAllGather";
     case CallKind::ReduceScatter: return "ncclReduceScatter";
     case CallKind::Reduce: return "ncclReduce";
+    case CallKind::AllToAll: return "ncclAllToAllv";
   }
   return "an unknown collective";
 }

@@ -12,7 +12,9 @@
 
 namespace mojoccl {
 
-enum class CallKind : uint32_t { AllReduce = 1, Broadcast, AllGather, ReduceScatter, Reduce };
+// AllToAll: each rank's counts are its own (count 0); only an all-to-all
+// between nodes is a Call, to agree on it.
+enum class CallKind : uint32_t { AllReduce = 1, Broadcast, AllGather, ReduceScatter, Reduce, AllToAll };
 
 struct Call {
   CallKind kind;

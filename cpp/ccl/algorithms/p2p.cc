@@ -32,13 +32,6 @@ std::string describe(size_t count, uint32_t datatype) {
   return std::to_string(count) + " x " + datatypeName(static_cast<ncclDataType_t>(datatype));
 }
 
-std::string mismatchText(int sender, size_t sentCount, uint32_t sentType, uint64_t sentCall,
-                         int receiver, const Transfer& expected) {
-  return "point-to-point mismatch: rank " + std::to_string(sender) + " sent " +
-         describe(sentCount, sentType) + " (its call #" + std::to_string(sentCall) + "), rank " +
-         std::to_string(receiver) + " expected " + describe(expected.count, expected.datatype) +
-         " (its call #" + std::to_string(expected.sequence) + ")";
-}
 
 class Progress {
  public:
@@ -140,8 +133,8 @@ class Progress {
     std::memcpy(&note, entry.note, sizeof(note));
     const bool matches = note.count == transfer.count && note.datatype == transfer.datatype;
     if (!matches && mismatch_.empty())
-      mismatch_ = mismatchText(shm_.commRank(transfer.peer), note.count, note.datatype, note.sequence,
-                               shm_.commRank(shm_.self()), transfer);
+      mismatch_ = transferMismatch(shm_.commRank(transfer.peer), note.count, note.datatype, note.sequence,
+                                   shm_.commRank(shm_.self()), transfer);
     if (note.bufferSerial == 0) {
       if (matches) std::memcpy(transfer.buffer, entry.data, note.bytes);
     } else {
@@ -160,6 +153,14 @@ class Progress {
 };
 
 }  // namespace
+
+std::string transferMismatch(int sender, size_t sentCount, uint32_t sentType, uint64_t sentCall, int receiver,
+                             const Transfer& expected) {
+  return "point-to-point mismatch: rank " + std::to_string(sender) + " sent " +
+         describe(sentCount, sentType) + " (its call #" + std::to_string(sentCall) + "), rank " +
+         std::to_string(receiver) + " expected " + describe(expected.count, expected.datatype) +
+         " (its call #" + std::to_string(expected.sequence) + ")";
+}
 
 void runTransfers(ShmTransport& shm, const std::vector<Transfer>& transfers) {
   Progress(shm, transfers).run();
@@ -196,7 +197,7 @@ void runRemoteTransfers(FabricTransport& fabric, int self, const std::vector<Tra
     if (sent.count == transfer.count && sent.datatype == static_cast<uint32_t>(transfer.datatype))
       return std::make_pair(transfer.buffer, bytesOf(transfer));
     if (mismatch.empty())
-      mismatch = mismatchText(transfer.peer, sent.count, sent.datatype, sent.sequence, self, transfer);
+      mismatch = transferMismatch(transfer.peer, sent.count, sent.datatype, sent.sequence, self, transfer);
     size_t datatypeBytes = datatypeSize(static_cast<ncclDataType_t>(sent.datatype));
     discarded.emplace_back(sent.count * (datatypeBytes ? datatypeBytes : 1));
     return std::make_pair(static_cast<void*>(discarded.back().data()), discarded.back().size());

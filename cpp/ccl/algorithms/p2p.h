@@ -36,6 +36,12 @@ struct Transfer {
 // the batch is done, throws an error naming both sides.
 void runTransfers(ShmTransport& shm, const std::vector<Transfer>& transfers);
 
+// "point-to-point mismatch: rank S sent N x type (its call #c), rank R
+// expected M x type (its call #d)": a message of another size or datatype
+// than its receive, wherever it travelled.
+std::string transferMismatch(int sender, size_t sentCount, uint32_t sentType, uint64_t sentCall, int receiver,
+                             const Transfer& expected);
+
 // MPI_ANY_SOURCE within a node: receives the first message waiting from any
 // other rank of the node (`transfer.peer` is ignored) and returns the local
 // index of its sender. A message of another size or datatype is consumed
