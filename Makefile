@@ -17,8 +17,9 @@ SOURCES := $(shell find cpp kernels modulefiles cmake -type f) CMakeLists.txt py
 
 .PHONY: demo test spack-check package-check scale-check slurm-check clients-check pytorch-suite build setup clean
 
+# The trained weights go to build/, out of the source tree.
 demo: build
-	$(BIN)/torchrun --standalone --nproc-per-node=$(NPROC) examples/train_ddp.py
+	$(BIN)/torchrun --standalone --nproc-per-node=$(NPROC) examples/train_ddp.py --save build/demo-checkpoint.pt
 
 test: build
 	$(BIN)/python -m pytest tests --durations=15

@@ -109,6 +109,32 @@ def test_every_variable_the_code_reads_is_in_the_table():
     assert not unread, f"marked used in env.py but read nowhere: {unread}"
 
 
+def test_libmojoccls_table_of_settings_agrees_with_envs():
+    """libmojoccl states each variable it reads once, with its default and
+    what it accepts (cpp/ccl/settings.cc); env.py, from which the docs and
+    the doctor follow, must say the same."""
+    from torch_mojo.mojoccl import Library
+
+    table = Library().settings()
+    ours = {variable.name for variable in env.VARIABLES if variable.name.startswith("MOJOCCL_") and variable.used}
+    assert set(table) == ours
+    for name, (kind, default, accepts) in table.items():
+        variable = env.BY_NAME[name]
+        if kind == "integer":
+            assert (default, accepts) == (variable.default, variable.allowed()), name
+        elif kind == "choice":
+            assert default == variable.default and accepts == f"one of {variable.allowed()}", name
+        else:
+            assert kind == "text" and variable.int_range is None, name
+            # A list-valued one names its own default; elsewhere the reader decides, as env.py describes.
+            assert default in ("", variable.default), name
+    # Every read goes through the table.
+    for path in ROOT.glob("cpp/ccl/**/*.cc"):
+        for name in re.findall(r'setting(?:Int|Choice|On|Text)\("([A-Z0-9_]+)"\)', path.read_text()):
+            assert name in table, f"{path.name} reads {name}, which cpp/ccl/settings.cc lacks"
+        assert "getenv(\"MOJOCCL_" not in path.read_text(), path.name
+
+
 def test_docs_environment_table_is_generated_from_the_table():
     doc = (ROOT / "docs" / "environment.md").read_text()
     assert env.markdown_table() in doc, "regenerate it: torch-mojo env --markdown"

@@ -11,6 +11,8 @@
 #include <torch/csrc/distributed/c10d/FlightRecorder.hpp>
 #include <torch/csrc/distributed/c10d/FlightRecorderDetail.hpp>
 
+#include "backend/environment.h"
+
 namespace c10d {
 // The recorder asks for durations only when an entry has a start event;
 // ours never do (no device timing), so there is nothing to measure.
@@ -29,14 +31,6 @@ namespace {
 using Recorder = c10d::FlightRecorder<CompletionEvent>;
 
 Recorder& recorder() { return *Recorder::get(); }
-
-std::string environment(const char* name, const char* alternative, const std::string& fallback) {
-  for (const char* key : {name, alternative}) {
-    const char* value = std::getenv(key);
-    if (value != nullptr && value[0] != '\0') return value;
-  }
-  return fallback;
-}
 
 void makeParentDirectories(const std::string& path) {
   for (size_t slash = path.find('/', 1); slash != std::string::npos; slash = path.find('/', slash + 1))

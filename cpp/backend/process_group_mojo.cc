@@ -19,6 +19,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/logger.hpp>
 
+#include "backend/environment.h"
 #include "backend/tensors.h"
 #include "backend/watchdog.hpp"
 
@@ -26,10 +27,7 @@ namespace torch_mojo {
 
 namespace {
 
-bool traceEnabled() {
-  const char* value = std::getenv("TORCH_MOJO_BACKEND_TRACE");
-  return value == nullptr || std::strcmp(value, "0") != 0;
-}
+bool traceEnabled() { return environment("TORCH_MOJO_BACKEND_TRACE") != "0"; }
 
 void trace(const std::string& line) {
   if (line.empty() || !traceEnabled()) return;
@@ -53,8 +51,8 @@ void traceLibrary(const CclLibrary& library) {
 // the others wait for it as long as libmojoccl waits for its peers, not the
 // store's timeout (half an hour by default).
 void awaitUniqueId(c10d::Store& store, const std::string& key) {
-  const char* text = std::getenv("MOJOCCL_BOOTSTRAP_TIMEOUT_S");
-  const int seconds = text != nullptr && std::atoi(text) > 0 ? std::atoi(text) : 120;
+  const int asked = std::atoi(environment("MOJOCCL_BOOTSTRAP_TIMEOUT_S").c_str());
+  const int seconds = asked > 0 ? asked : MOJOCCL_BOOTSTRAP_TIMEOUT_S_DEFAULT;
   try {
     store.wait({key}, std::chrono::seconds(seconds));
   } catch (const c10::DistStoreError& error) {
@@ -71,9 +69,9 @@ void awaitUniqueId(c10d::Store& store, const std::string& key) {
 // prefix of its own, a restarted rank could read the communicator id of
 // the attempt before and wait for a rank that is gone.
 c10::intrusive_ptr<c10d::Store> forThisAttempt(const c10::intrusive_ptr<c10d::Store>& store) {
-  const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT");
-  if (attempt == nullptr || attempt[0] == '\0') return store;
-  return c10::make_intrusive<c10d::PrefixStore>(std::string("mojo_attempt_") + attempt, store);
+  const std::string attempt = environment("TORCHELASTIC_RESTART_COUNT");
+  if (attempt.empty()) return store;
+  return c10::make_intrusive<c10d::PrefixStore>("mojo_attempt_" + attempt, store);
 }
 
 // The job's own store, without a group's prefix (but this attempt's): what

@@ -16,6 +16,7 @@
 #include <c10/util/StringUtil.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include "backend/environment.h"
 #include "backend/flight_recorder.hpp"
 #include "backend/process_group_mojo.hpp"
 
@@ -61,15 +62,6 @@ void onSigterm(int signal) {
     return;
   }
   terminated.store(true);  // the watchdog reports, dumps, then ends the process
-}
-
-std::string environment(const char* name, const char* alternative = nullptr) {
-  for (const char* key : {name, alternative}) {
-    if (key == nullptr) continue;
-    const char* value = std::getenv(key);
-    if (value != nullptr && value[0] != '\0') return value;
-  }
-  return "";
 }
 
 milliseconds millisecondsFrom(const char* name, milliseconds fallback) {

@@ -15,6 +15,7 @@
 #include "device/staging.h"
 #include "error.h"
 #include "mojoccl/nccl.h"
+#include "settings.h"
 #include "transports/fabric.h"
 #include "transports/shared_regions.h"
 
@@ -195,6 +196,13 @@ MOJOCCL_API const char* ncclGetErrorString(ncclResult_t result) {
 
 MOJOCCL_API const char* ncclGetLastError(ncclComm_t /*comm: NCCL ignores it too*/) {
   return lastError.c_str();
+}
+
+// libmojoccl's own: every MOJOCCL_* variable it reads, a line each:
+// "name<TAB>integer|choice|text<TAB>default<TAB>what it accepts".
+MOJOCCL_API const char* mojocclSettings(void) {
+  static const std::string lines = mojoccl::describeSettings();
+  return lines.c_str();
 }
 
 // libmojoccl's own: which provider and domain a communicator spanning nodes

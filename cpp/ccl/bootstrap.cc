@@ -11,7 +11,7 @@
 #include <memory>
 #include <thread>
 
-#include "env.h"
+#include "settings.h"
 #include "error.h"
 #include "seal.h"
 
@@ -44,7 +44,7 @@ struct Reply {
 };
 
 int64_t bootstrapTimeoutSeconds() {
-  return envInt("MOJOCCL_BOOTSTRAP_TIMEOUT_S", 120, 1, 86400);
+  return settingInt("MOJOCCL_BOOTSTRAP_TIMEOUT_S");
 }
 
 void sendReply(Socket& sock, int32_t status, const void* data, uint64_t bytes, Deadline deadline) {
@@ -260,7 +260,7 @@ RankInfo describeThisRank(int rank) {
   info.rank = rank;
   info.pid = getpid();
   gethostname(info.hostname, sizeof(info.hostname) - 1);
-  std::string hostId = envString("MOJOCCL_HOSTID");
+  std::string hostId = settingText("MOJOCCL_HOSTID");
   if (hostId.empty()) {
     std::string bootId;
     std::ifstream("/proc/sys/kernel/random/boot_id") >> bootId;

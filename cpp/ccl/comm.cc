@@ -11,7 +11,7 @@
 #include "algorithms/zero_copy.h"
 #include "bootstrap.h"
 #include "datatypes.h"
-#include "env.h"
+#include "settings.h"
 #include "error.h"
 #include "kernels.h"
 #include "transports/libfabric.h"
@@ -25,7 +25,7 @@ namespace {
 constexpr size_t kSlotBytes = 1 << 20;
 
 AllReduceAlgorithm allReduceAlgorithmFromEnv() {
-  std::string choice = envChoice("MOJOCCL_ALGO", "auto", {"auto", "one_shot", "two_shot"});
+  std::string choice = settingChoice("MOJOCCL_ALGO");
   if (choice == "one_shot") return AllReduceAlgorithm::OneShot;
   if (choice == "two_shot") return AllReduceAlgorithm::TwoShot;
   return AllReduceAlgorithm::Auto;
@@ -60,13 +60,13 @@ Comm::Comm(const ncclUniqueId& id, int nranks, int rank)
     : rank_(rank),
       size_(nranks),
       allReduceAlgorithm_(allReduceAlgorithmFromEnv()),
-      zeroCopy_(envChoice("MOJOCCL_ZERO_COPY", "1", {"0", "1"}) == "1"),
-      devicePeersRequested_(envChoice("MOJOCCL_DEVICE_PEERS", "0", {"0", "1"}) == "1") {
+      zeroCopy_(settingOn("MOJOCCL_ZERO_COPY")),
+      devicePeersRequested_(settingOn("MOJOCCL_DEVICE_PEERS")) {
   if (nranks < 1) fail(ncclInvalidArgument, "nranks must be at least 1, got " + std::to_string(nranks));
   if (rank < 0 || rank >= nranks)
     fail(ncclInvalidArgument, "rank " + std::to_string(rank) + " is outside 0.." +
                                   std::to_string(nranks - 1));
-  int64_t timeout = envInt("MOJOCCL_BOOTSTRAP_TIMEOUT_S", 120, 1, 86400);
+  int64_t timeout = settingInt("MOJOCCL_BOOTSTRAP_TIMEOUT_S");
   // A little longer than the root's own limit, so that its explanation of
   // who is missing arrives before this rank gives up on its own.
   Bootstrap bootstrap(id, describeThisRank(rank), nranks,
@@ -135,18 +135,18 @@ void Comm::openFabric(Bootstrap& bootstrap) {
   int timeoutSeconds = 0;
   std::string railsSetting, framesSetting;
   try {
-    if (envChoice("MOJOCCL_NET", "fabric", {"verbs", "fabric"}) == "verbs")
+    if (settingChoice("MOJOCCL_NET") == "verbs")
       fail(ncclInvalidUsage,
            "MOJOCCL_NET=verbs: this libmojoccl has no InfiniBand transport of its own; libfabric's "
            "verbs provider serves InfiniBand: set MOJOCCL_NET=fabric MOJOCCL_FABRIC_PROVIDER=verbs");
-    trace = envChoice("MOJOCCL_IB_TRACE", "0", {"0", "1"}) == "1";
-    timeoutSeconds = static_cast<int>(envInt("MOJOCCL_IB_TIMEOUT_S", 60, 1, 86400));
+    trace = settingOn("MOJOCCL_IB_TRACE");
+    timeoutSeconds = static_cast<int>(settingInt("MOJOCCL_IB_TIMEOUT_S"));
     forcedLocalRegistration();  // read here so that a bad value fails every rank at once
     stagingMegabytes();
     networkAlgorithms_ = NetworkAlgorithms::fromEnv();
-    directNodes_ = static_cast<int>(envInt("MOJOCCL_NET_DIRECT_NODES", kDirectNodes, 1, 1 << 20));
-    railsSetting = envChoice("MOJOCCL_NET_RAILS", "1", {"0", "1"});
-    framesSetting = envChoice("MOJOCCL_NET_FRAMES", "auto", {"auto", "socket", "fabric"});
+    directNodes_ = static_cast<int>(settingInt("MOJOCCL_NET_DIRECT_NODES"));
+    railsSetting = settingChoice("MOJOCCL_NET_RAILS");
+    framesSetting = settingChoice("MOJOCCL_NET_FRAMES");
     LibFabric::get();
   } catch (const Error& error) {
     failure = error.what();

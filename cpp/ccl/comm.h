@@ -42,14 +42,6 @@ enum class AllReduceAlgorithm { Auto, OneShot, TwoShot };
 // up to this size travel in the leaders' frames.
 constexpr size_t kOneShotMaxBytes = 64 << 10;
 
-// Up to this many nodes the leaders exchange directly, every leader with
-// every other in one step: the frames (each call's agreement, and its data
-// up to kOneShotMaxBytes) and a larger all-gather's blocks. Past it the
-// frames go by Bruck's all-gather, in ceil(log2 n) steps of one message,
-// and the blocks round the ring, each leader with two peers
-// (docs/performance.md, "The leaders' frames at many nodes").
-constexpr int kDirectNodes = 16;
-
 class Comm {
  public:
   // Collective over the `nranks` processes that pass the same `id`.
@@ -252,9 +244,14 @@ class Comm {
   int size_;
   AllReduceAlgorithm allReduceAlgorithm_;
   NetworkAlgorithms networkAlgorithms_;  // between nodes (MOJOCCL_NET_ALGO)
-  // Up to this many nodes the leaders exchange frames and all-gather blocks
-  // directly, past it in log2 n steps and round the ring (MOJOCCL_NET_DIRECT_NODES).
-  int directNodes_ = kDirectNodes;
+  // Up to this many nodes (MOJOCCL_NET_DIRECT_NODES, 16 unless set) the
+  // leaders exchange directly, every leader with every other in one step:
+  // the frames (each call's agreement, and its data up to kOneShotMaxBytes)
+  // and a larger all-gather's blocks. Past it the frames go by Bruck's
+  // all-gather, in ceil(log2 n) steps of one message, and the blocks round
+  // the ring, each leader with two peers (docs/performance.md, "The
+  // leaders' frames at many nodes"). Read when the communicator spans nodes.
+  int directNodes_ = 0;
   bool zeroCopy_;  // MOJOCCL_ZERO_COPY: read peers' buffers in place when possible
   std::vector<std::vector<int>> nodes_;  // each node's ranks; nodes ordered by their lowest rank
   std::vector<int> nodeOfRank_;

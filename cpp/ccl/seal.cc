@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "env.h"
+#include "settings.h"
 #include "error.h"
 
 namespace mojoccl {
@@ -83,8 +83,8 @@ uint64_t sipHash(uint64_t k0, uint64_t k1, const void* data, size_t length) {
 }
 
 std::string jobKey() {
-  const std::string key = envString("MOJOCCL_JOB_KEY");
-  const std::string path = envString("MOJOCCL_JOB_KEY_FILE");
+  const std::string key = settingText("MOJOCCL_JOB_KEY");
+  const std::string path = settingText("MOJOCCL_JOB_KEY_FILE");
   if (!key.empty() && !path.empty())
     fail(ncclInvalidArgument, "MOJOCCL_JOB_KEY and MOJOCCL_JOB_KEY_FILE are both set: set one");
   return path.empty() ? key : readKeyFile(path);

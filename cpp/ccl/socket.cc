@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "env.h"
+#include "settings.h"
 #include "error.h"
 
 namespace mojoccl {
@@ -112,7 +112,7 @@ bool matchesIfname(const std::string& name, std::string spec) {
 
 SocketAddress chooseBootstrapAddress() {
   auto interfaces = upInterfaces();
-  std::string spec = envString("MOJOCCL_SOCKET_IFNAME");
+  std::string spec = settingText("MOJOCCL_SOCKET_IFNAME");
   if (!spec.empty()) {
     std::string names;
     for (const auto& it : interfaces) {

@@ -6,15 +6,7 @@ import os
 import sys
 
 from torch_mojo import __version__, site_settings
-from torch_mojo.env import VARIABLES, markdown_table, shown_value
-
-
-def cache_dir():
-    configured = os.environ.get("TORCH_MOJO_BACKEND_CACHE_DIR")
-    if configured:
-        return configured
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "torch-mojo")
+from torch_mojo.env import VARIABLES, cache_dir, markdown_table, shown_value
 
 
 def info() -> dict:

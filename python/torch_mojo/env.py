@@ -3,8 +3,10 @@
 ``docs/environment.md`` is generated from it (``torch-mojo env --markdown``,
 checked by the tests), ``register_mojo_devices()`` validates the
 environment against it, and ``torch-mojo info`` prints it with the values
-in effect. The C++ code reads the same names; a test checks that every
-name it reads is in this table.
+in effect. libmojoccl states the names it reads, with their defaults and
+what they accept, in its own table (cpp/ccl/settings.cc, listed by
+mojocclSettings()); the tests check that every name the code reads is in
+this table and that the two tables agree.
 """
 
 from __future__ import annotations
@@ -58,6 +60,15 @@ class Variable:
                 return f"{self.name}={value} is not valid: expected {self.allowed()}"
         return None
 
+
+
+def cache_dir() -> str:
+    """Where torch-mojo keeps what it builds or fetches (TORCH_MOJO_BACKEND_CACHE_DIR)."""
+    configured = os.environ.get("TORCH_MOJO_BACKEND_CACHE_DIR")
+    if configured:
+        return configured
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "torch-mojo")
 
 VARIABLES: tuple[Variable, ...] = (
     # The process group.

@@ -72,10 +72,18 @@ class Library:
                                                 ctypes.POINTER(ctypes.c_double)]
         lib.mojocclPredictBroadcast.argtypes = [code, size, ctypes.c_char_p, size, ctypes.POINTER(ctypes.c_double)]
         lib.mojocclCommRejected.argtypes = [comm, ctypes.POINTER(ctypes.c_uint64)]
+        lib.mojocclSettings.restype = ctypes.c_char_p
+        lib.mojocclSettings.argtypes = []
 
     def check(self, code):
         if code != SUCCESS:
             raise CclError(code, self.lib.ncclGetLastError(None).decode())
+
+    def settings(self):
+        """libmojoccl's table of the MOJOCCL_* variables it reads: name ->
+        (kind, default, what it accepts)."""
+        lines = self.lib.mojocclSettings().decode().splitlines()
+        return {name: (kind, default, accepts) for name, kind, default, accepts in (line.split("\t") for line in lines)}
 
     def version(self):
         value = ctypes.c_int()

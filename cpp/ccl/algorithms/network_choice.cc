@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "../env.h"
+#include "../settings.h"
 #include "../error.h"
 #include "network.h"
 
@@ -90,8 +90,7 @@ double NetworkCostModel::broadcastSeconds(NetworkAlgorithm algorithm, int nodes,
 }
 
 std::string NetworkAlgorithms::setting() {
-  const std::string text = envString("MOJOCCL_NET_ALGO");
-  return text.empty() ? "auto" : text;
+  return settingText("MOJOCCL_NET_ALGO");
 }
 
 NetworkAlgorithms NetworkAlgorithms::fromEnv() {

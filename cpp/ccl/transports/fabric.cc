@@ -18,7 +18,7 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 
-#include "../env.h"
+#include "../settings.h"
 #include "../error.h"
 #include "../socket.h"
 #include "shared_regions.h"

@@ -13,7 +13,7 @@
 
 #include <rdma/fi_domain.h>
 
-#include "../env.h"
+#include "../settings.h"
 #include "../socket.h"
 
 namespace mojoccl {
@@ -148,25 +148,25 @@ size_t eagerBytes(const fi_info* info) {
   return underEagerLimit(rxmSetting("FI_OFI_RXM_EAGER_LIMIT", rxmSetting("FI_OFI_RXM_BUFFER_SIZE", 16384)));
 }
 
-bool directedReceives() { return envChoice("MOJOCCL_FABRIC_DIRECTED_RECV", "1", {"0", "1"}) == "1"; }
+bool directedReceives() { return settingOn("MOJOCCL_FABRIC_DIRECTED_RECV"); }
 
-bool forcedLocalRegistration() { return envChoice("MOJOCCL_FABRIC_MR_LOCAL", "0", {"0", "1"}) == "1"; }
+bool forcedLocalRegistration() { return settingOn("MOJOCCL_FABRIC_MR_LOCAL"); }
 
-int64_t stagingMegabytes() { return envInt("MOJOCCL_REGION_MB", 256, 0, 65536); }
+int64_t stagingMegabytes() { return settingInt("MOJOCCL_REGION_MB"); }
 
 bool registersLocalBuffers(const fi_info* info) {
   return (info->domain_attr->mr_mode & FI_MR_LOCAL) || forcedLocalRegistration();
 }
 
 bool wantsTcpEagerLimit() {
-  const std::string setting = envString("MOJOCCL_FABRIC_PROVIDER", "auto");
+  const std::string setting = settingText("MOJOCCL_FABRIC_PROVIDER");
   return setting == "tcp" || (setting == "auto" && fabricNics().empty());
 }
 
 FabricChoice chooseFabric(const LibFabric& library, int localIndex, bool raiseTcpEagerLimit) {
   FabricChoice choice;
-  const std::string setting = envString("MOJOCCL_FABRIC_PROVIDER", "auto");
-  const std::vector<std::string> asked = commaSeparated(envString("MOJOCCL_FABRIC_DOMAIN"));
+  const std::string setting = settingText("MOJOCCL_FABRIC_PROVIDER");
+  const std::vector<std::string> asked = commaSeparated(settingText("MOJOCCL_FABRIC_DOMAIN"));
   const std::vector<std::string> nics = fabricNics();
   if (raiseTcpEagerLimit) setenv("FI_OFI_RXM_EAGER_LIMIT", std::to_string(kTcpEagerLimit).c_str(), /*overwrite=*/0);
 
@@ -216,7 +216,7 @@ FabricChoice chooseFabric(const LibFabric& library, int localIndex, bool raiseTc
   };
   // Where domains are network interfaces (tcp), MOJOCCL_SOCKET_IFNAME
   // chooses among them, as NCCL_SOCKET_IFNAME does for NCCL's sockets.
-  const std::string ifname = envString("MOJOCCL_SOCKET_IFNAME");
+  const std::string ifname = settingText("MOJOCCL_SOCKET_IFNAME");
   auto byInterface = std::find_if(names.begin(), names.end(),
                                   [&](const std::string& name) { return !ifname.empty() && matchesIfname(name, ifname); });
 
@@ -227,7 +227,7 @@ FabricChoice chooseFabric(const LibFabric& library, int localIndex, bool raiseTc
     for (auto& name : missing) name = "'" + name + "'";
     choice.failure = "libfabric provider " + provider + " has no domain" + (missing.size() > 1 ? "s " : " ") +
                      joined(missing) + " (MOJOCCL_FABRIC_DOMAIN" +
-                     (asked.size() > 1 ? "=" + envString("MOJOCCL_FABRIC_DOMAIN") : "") + "); its domains here: " +
+                     (asked.size() > 1 ? "=" + settingText("MOJOCCL_FABRIC_DOMAIN") : "") + "); its domains here: " +
                      joined(names);
   } else if (!asked.empty()) {
     choice.info = named(asked[localIndex % asked.size()]);

@@ -8,7 +8,7 @@
 #include <memory>
 #include <mutex>
 
-#include "../env.h"
+#include "../settings.h"
 #include "../error.h"
 
 namespace mojoccl {
@@ -16,7 +16,7 @@ namespace {
 
 std::vector<std::string> candidates() {
   std::vector<std::string> paths;
-  std::string chosen = envString("MOJOCCL_LIBFABRIC");
+  std::string chosen = settingText("MOJOCCL_LIBFABRIC");
   if (!chosen.empty()) return {chosen};  // the user's choice is not second-guessed
 #ifdef MOJOCCL_SITE_LIBFABRIC
   paths.push_back(MOJOCCL_SITE_LIBFABRIC);

@@ -64,7 +64,7 @@ def filesystem_of(path: str) -> str:
 
 
 def cache_facts() -> dict:
-    from torch_mojo.cli import cache_dir
+    from torch_mojo.env import cache_dir
 
     path = cache_dir()
     existing = path

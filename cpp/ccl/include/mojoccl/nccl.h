@@ -22,6 +22,11 @@ extern "C" {
 /* Encoded as NCCL encodes versions since 2.9: major*10000 + minor*100 + patch. */
 #define MOJOCCL_VERSION_CODE (MOJOCCL_MAJOR * 10000 + MOJOCCL_MINOR * 100 + MOJOCCL_PATCH)
 
+/* libmojoccl's own: how long, unless MOJOCCL_BOOTSTRAP_TIMEOUT_S says, a
+ * rank waits for its communicator's other ranks at set-up (seconds); a
+ * process group waiting for its communicator's id waits as long. */
+#define MOJOCCL_BOOTSTRAP_TIMEOUT_S_DEFAULT 120
+
 #define NCCL_UNIQUE_ID_BYTES 128
 typedef struct {
   char internal[NCCL_UNIQUE_ID_BYTES];
@@ -129,9 +134,13 @@ ncclResult_t ncclAllToAllv(const void* sendbuff, const size_t sendcounts[], cons
 ncclResult_t ncclGroupStart(void);
 ncclResult_t ncclGroupEnd(void);
 
-/* libmojoccl's own (not NCCL's): the libfabric provider and domain a
- * communicator spanning nodes would open on this rank, the localRank-th of
- * its node (MOJOCCL_FABRIC_DOMAIN may list a domain per local rank), as
+/* libmojoccl's own (not NCCL's): every MOJOCCL_* variable it reads, one
+ * line each: "name<TAB>integer|choice|text<TAB>default<TAB>what it accepts"
+ * (a text's default is empty where libmojoccl decides it). */
+const char* mojocclSettings(void);
+
+/* libmojoccl's own: the libfabric provider and domain a communicator
+ * spanning nodes would open on this rank, the localRank-th of its node (MOJOCCL_FABRIC_DOMAIN may list a domain per local rank), as
  * text; on failure ncclInvalidUsage, with the reason in ncclGetLastError(). */
 ncclResult_t mojocclDescribeFabric(int localRank, char* text, size_t size);
 
