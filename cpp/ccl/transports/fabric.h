@@ -19,7 +19,7 @@
 // endpoint, a process of another job) is turned away, counted, and its
 // receive posted again, so it never reaches a result.
 //
-// The transport knows nothing of collectives: algorithms/network.cc builds
+// The transport knows nothing of collectives: algorithms/network*.cc build
 // them from these messages.
 #pragma once
 
