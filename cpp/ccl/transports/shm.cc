@@ -20,14 +20,13 @@
 #include "../bootstrap.h"
 #include "../error.h"
 #include "futex.h"
+#include "shm_layout.h"
 
 namespace mojoccl {
 
 namespace {
 
-constexpr size_t kCacheLine = 64;
 constexpr size_t kPage = 4096;
-constexpr int kSlots = 2;
 constexpr long kSleepNanoseconds = 50'000'000;
 // Channels get about this much per ordered pair of ranks in all, split
 // into this many entries.
@@ -51,43 +50,6 @@ int openPidfd(int pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)
 
 }  // namespace
 
-constexpr size_t kFailureBytes = 512;
-constexpr uint32_t kMaxListed = 256;  // beyond them, MOJOCCL_IB_TIMEOUT_S tells
-
-// Ranks of other nodes, appended by the node's PeerWatch thread alone and
-// read by every rank of the node.
-struct RankList {
-  std::atomic<uint32_t> count;  // entries of `ranks` written
-  std::atomic<int32_t> ranks[kMaxListed];
-
-  void add(int rank) {
-    uint32_t n = count.load();
-    if (n == kMaxListed || contains(rank)) return;
-    ranks[n].store(rank);
-    count.store(n + 1, std::memory_order_release);
-  }
-  bool contains(int rank) const {
-    uint32_t n = count.load(std::memory_order_acquire);
-    for (uint32_t i = 0; i < n; ++i)
-      if (ranks[i].load() == rank) return true;
-    return false;
-  }
-};
-
-struct ShmTransport::ControlBlock {
-  Counter stage[kStages];
-  Counter doorbell;                // rung when a channel to or from this rank moves
-  std::atomic<uint32_t> departed;  // set when the rank leaves the communicator
-  std::atomic<uint32_t> failed;    // set, after `failure`, when a collective failed here
-  char failure[kFailureBytes];
-  // The first rank's block only: the node's alarm, and the ranks of other
-  // nodes known to have left, or to have ended without leaving.
-  std::atomic<uint32_t> alarmed;  // after `alarm`
-  char alarm[kFailureBytes];
-  RankList departedElsewhere;
-  RankList diedElsewhere;
-  alignas(kCacheLine) char notes[kSlots][kNoteBytes];
-};
 
 struct ShmTransport::ChannelControl {
   Counter posted;    // messages the sender has posted (written by the sender)
@@ -210,19 +172,6 @@ ShmTransport::~ShmTransport() {
     }
   removeOrphanBuffers();  // messages a killed peer sent us and we never took
   if (segment_.data() != nullptr) markDeparted();
-}
-
-void ShmTransport::markDeparted() {
-  ControlBlock& mine = control(self_);
-  mine.departed.store(1);
-  wakeWaitersOnUs();
-}
-
-void ShmTransport::wakeWaitersOnUs() {
-  ControlBlock& mine = control(self_);
-  for (auto& counter : mine.stage) futexWakeAll(&counter.value);
-  for (int peer = 0; peer < size(); ++peer)
-    if (peer != self_) ring(control(peer).doorbell);  // whoever waits on us looks again
 }
 
 ShmTransport::ControlBlock& ShmTransport::control(int peer) const {
@@ -416,86 +365,6 @@ void ShmTransport::awaitDoorbell(uint32_t seen, const std::vector<int>& peers) c
   if (rang()) return;
   for (int peer : peers)
     if (peer != self_) checkPeerUnless(peer, rang);
-}
-
-void ShmTransport::markFailed(const std::string& why) {
-  ControlBlock& mine = control(self_);
-  if (mine.failed.load()) return;  // the first failure is the one to report
-  snprintf(mine.failure, kFailureBytes, "%s", why.c_str());
-  mine.failed.store(1, std::memory_order_release);
-  wakeWaitersOnUs();
-}
-
-void ShmTransport::raiseAlarm(const std::string& why) {
-  std::lock_guard<std::mutex> lock(alarmMutex_);
-  ControlBlock& node = control(0);
-  if (node.alarmed.load()) return;
-  snprintf(node.alarm, kFailureBytes, "%s", why.c_str());
-  node.alarmed.store(1, std::memory_order_release);
-  for (int peer = 0; peer < size(); ++peer) {
-    for (auto& counter : control(peer).stage) futexWakeAll(&counter.value);
-    ring(control(peer).doorbell);
-  }
-}
-
-void ShmTransport::checkAlarm() const {
-  const ControlBlock& node = control(0);
-  if (node.alarmed.load(std::memory_order_acquire))
-    fail(ncclRemoteError, std::string(node.alarm, strnlen(node.alarm, kFailureBytes)));
-}
-
-void ShmTransport::checkNodeAlarm() const {
-  if (aborted_.load()) fail(ncclInvalidUsage, "the communicator was aborted");
-  checkAlarm();
-  if (self_ != 0 && peerDied(0)) failExited(0);
-}
-
-bool ShmTransport::peerDeparted(int peer) const { return control(peer).departed.load() != 0; }
-
-bool ShmTransport::peerDied(int peer) const { return !peerDeparted(peer) && peerExited(peer); }
-
-void ShmTransport::recordRemoteDeparture(int commRank) { control(0).departedElsewhere.add(commRank); }
-
-bool ShmTransport::remoteDeparted(int commRank) const {
-  return control(0).departedElsewhere.contains(commRank);
-}
-
-void ShmTransport::recordRemoteDeath(int commRank) { control(0).diedElsewhere.add(commRank); }
-
-bool ShmTransport::remoteDied(int commRank) const { return control(0).diedElsewhere.contains(commRank); }
-
-void ShmTransport::checkPeerUnless(int peer, const std::function<bool()>& arrived) const {
-  try {
-    checkPeer(peer);
-  } catch (const Error&) {
-    // What the peer wrote before it left or ended is visible once its going is.
-    if (!arrived()) throw;
-  }
-}
-
-bool ShmTransport::peerExited(int peer) const {
-  int fd = pidfds_[peer];
-  if (fd < 0) return kill(peers_[peer].pid, 0) != 0 && errno == ESRCH;
-  pollfd entry{fd, POLLIN, 0};
-  return poll(&entry, 1, 0) > 0;
-}
-
-void ShmTransport::checkPeer(int peer) const {
-  if (aborted_.load()) fail(ncclInvalidUsage, "the communicator was aborted");
-  checkAlarm();
-  const ShmPeer& who = peers_[peer];
-  if (control(peer).failed.load(std::memory_order_acquire))
-    fail(ncclRemoteError, "rank " + std::to_string(who.commRank) + " failed: " +
-                              std::string(control(peer).failure, strnlen(control(peer).failure, kFailureBytes)));
-  if (control(peer).departed.load())
-    fail(ncclRemoteError, "rank " + std::to_string(who.commRank) +
-                              " destroyed or aborted its communicator");
-  if (peerExited(peer)) failExited(peer);
-}
-
-void ShmTransport::failExited(int peer) const {
-  const ShmPeer& who = peers_[peer];
-  fail(ncclRemoteError, "rank " + std::to_string(who.commRank) + " (pid " + std::to_string(who.pid) + ") exited");
 }
 
 }  // namespace mojoccl

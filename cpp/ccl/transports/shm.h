@@ -14,7 +14,9 @@
 // the communicator was not aborted and that the peer still runs.
 //
 // The transport knows nothing of collectives or messages: what slots,
-// entries and notes hold is the algorithms' business.
+// entries and notes hold is the algorithms' business. Its segment's layout
+// is in shm_layout.h; the failure board every wait checks, in
+// failure_board.cc.
 #pragma once
 
 #include <atomic>
@@ -76,6 +78,7 @@ class ShmTransport {
   void await(int peer, Stage stage, uint32_t round) const;
   void awaitAll(Stage stage, uint32_t round) const;
 
+  // ---- the node's failure board (failure_board.cc)
   // Records why this rank's part of a collective failed: peers waiting on it
   // raise "rank N failed: <why>" within 50 ms instead of waiting on.
   void markFailed(const std::string& why);
