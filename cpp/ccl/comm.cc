@@ -13,7 +13,7 @@
 #include "datatypes.h"
 #include "settings.h"
 #include "error.h"
-#include "kernels.h"
+#include "reduce.h"
 #include "transports/libfabric.h"
 #include "transports/peer_watch.h"
 

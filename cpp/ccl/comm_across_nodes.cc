@@ -11,7 +11,7 @@
 #include "comm.h"
 #include "datatypes.h"
 #include "error.h"
-#include "kernels.h"
+#include "reduce.h"
 #include "node_frames.h"
 
 namespace mojoccl {

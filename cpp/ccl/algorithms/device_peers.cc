@@ -20,7 +20,7 @@
 
 #include "../comm.h"
 #include "../datatypes.h"
-#include "../device/kernels.h"
+#include "../device/gpu_reduce.h"
 #include "../device/runtime.h"
 #include "../error.h"
 #include "../transports/device_ipc.h"

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "../datatypes.h"
-#include "../kernels.h"
+#include "../reduce.h"
 #include "layout.h"
 #include "step.h"
 

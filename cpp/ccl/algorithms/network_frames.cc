@@ -11,7 +11,7 @@
 
 #include "../datatypes.h"
 #include "../error.h"
-#include "../kernels.h"
+#include "../reduce.h"
 #include "layout.h"
 #include "network_segments.h"
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "../datatypes.h"
-#include "../kernels.h"
+#include "../reduce.h"
 #include "layout.h"
 #include "network.h"
 

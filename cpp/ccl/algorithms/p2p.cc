@@ -4,7 +4,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "../datatypes.h"
 #include "../error.h"
@@ -169,6 +173,93 @@ void runTransfers(ShmTransport& shm, const std::vector<Transfer>& transfers) {
 int receiveFromAny(ShmTransport& shm, const Transfer& transfer) {
   return Progress(shm, {}).receiveFromAny(transfer);
 }
+
+namespace {
+
+// A message preceded by a small header that describes it. The receiver
+// takes the header first and then the message at the size the header
+// announces (a receive of another size would be a provider error), so a
+// message of an unexpected size still arrives whole and can be reported.
+struct HeaderedMessage {
+  bool isSend;
+  int peer;
+  void* header;               // sent from, or received into
+  const void* payload;        // sends only
+  size_t payloadBytes;        // sends only
+};
+
+// Posts every header of `messages`, in order (sends buffered), then the
+// sends' payloads, in the same order, and waits for the headers received;
+// then `receiveInto(i)` says where the payload of receive `messages[i]`
+// goes and how long it is, and those receives are posted, in order, and
+// everything is waited for. Headers before payloads on both sides, since
+// messages between two ranks match in the order they are posted. A payload
+// that fits with its header in a message the provider sends at once
+// (eagerMessage()) travels in its header's message: one message, one wait;
+// a larger one in pieces (segmentFor()). `payloadsInPlace`: the payloads
+// are sent from the caller's memory, not copied first, which is only safe
+// where every receiver posts its receives in the same call (an all-to-all).
+void exchangeHeadered(FabricTransport& fabric, const std::vector<HeaderedMessage>& messages,
+                      size_t headerBytes, bool payloadsInPlace,
+                      const std::function<std::pair<void*, size_t>(size_t index)>& receiveInto,
+                      const std::string& what) {
+  // Every receive takes room for a header and an inline payload in one
+  // message the provider sends at once; a payload that fits there travels
+  // with its header, a larger one after it, at the size the header announces.
+  const size_t room = std::max(fabric.eagerMessage(), headerBytes);
+  const size_t inlineBytes = room - headerBytes;
+  std::vector<std::unique_ptr<char[]>> arrived(messages.size());
+  std::vector<size_t> arrivedBytes(messages.size());
+  // Every header goes before any payload, in both passes on both sides:
+  // messages between two ranks match in the order they are posted, and a
+  // receiver learns a payload's size only from its header.
+  std::vector<FabricTransport::Ticket> headers;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const HeaderedMessage& message = messages[i];
+    const char* payload = static_cast<const char*>(message.payload);
+    if (message.isSend) {
+      std::vector<char> whole(static_cast<const char*>(message.header),
+                              static_cast<const char*>(message.header) + headerBytes);
+      if (message.payloadBytes <= inlineBytes) whole.insert(whole.end(), payload, payload + message.payloadBytes);
+      fabric.postBufferedSend(message.peer, whole.data(), whole.size());
+    } else {
+      arrived[i].reset(new char[room]);
+      headers.push_back(fabric.postRecvUpTo(message.peer, arrived[i].get(), room, &arrivedBytes[i]));
+    }
+  }
+  for (const HeaderedMessage& message : messages) {
+    if (!message.isSend || message.payloadBytes <= inlineBytes) continue;
+    const char* payload = static_cast<const char*>(message.payload);
+    if (payloadsInPlace)
+      forEachPiece(message.payloadBytes, fabric.segmentFor(message.payloadBytes), [&](size_t offset, size_t length) {
+        fabric.postSend(message.peer, payload + offset, length);
+      });
+    else
+      fabric.postBufferedSend(message.peer, payload, message.payloadBytes, fabric.segmentFor(message.payloadBytes));
+  }
+  // Every header: now the payloads' sizes are known. (Payloads sent in
+  // place wait for their receives, posted below and by the peers.)
+  for (FabricTransport::Ticket header : headers) fabric.waitFor(header, what);
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (messages[i].isSend) continue;
+    std::memcpy(messages[i].header, arrived[i].get(), headerBytes);
+    const std::pair<void*, size_t> payload = receiveInto(i);
+    if (payload.second <= inlineBytes) {
+      if (arrivedBytes[i] != headerBytes + payload.second)
+        fail(ncclInternalError, what + ": rank " + std::to_string(messages[i].peer) + " sent a " +
+                                    std::to_string(arrivedBytes[i]) + "-byte message announcing " +
+                                    std::to_string(payload.second) + " bytes behind its header");
+      std::memcpy(payload.first, arrived[i].get() + headerBytes, payload.second);
+    } else {
+      forEachPiece(payload.second, fabric.segmentFor(payload.second), [&](size_t offset, size_t length) {
+        fabric.postRecv(messages[i].peer, static_cast<char*>(payload.first) + offset, length);
+      });
+    }
+  }
+  fabric.waitAll(what);
+}
+
+}  // namespace
 
 // Across nodes every message is preceded by a small one that describes it
 // (exchangeHeadered), so a receive of another size consumes the message and

@@ -264,32 +264,4 @@ class FabricTransport {
   bool traceRegistrations_ = false;
 };
 
-// A message preceded by a small header that describes it. The receiver
-// takes the header first and then the message at the size the header
-// announces (a receive of another size would be a provider error), so a
-// message of an unexpected size still arrives whole and can be reported.
-struct HeaderedMessage {
-  bool isSend;
-  int peer;
-  void* header;               // sent from, or received into
-  const void* payload;        // sends only
-  size_t payloadBytes;        // sends only
-};
-
-// Posts every header of `messages`, in order (sends buffered), then the
-// sends' payloads, in the same order, and waits for the headers received;
-// then `receiveInto(i)` says where the payload of receive `messages[i]`
-// goes and how long it is, and those receives are posted, in order, and
-// everything is waited for. Headers before payloads on both sides, since
-// messages between two ranks match in the order they are posted. A payload
-// that fits with its header in a message the provider sends at once
-// (eagerMessage()) travels in its header's message: one message, one wait;
-// a larger one in pieces (segmentFor()). `payloadsInPlace`: the payloads
-// are sent from the caller's memory, not copied first, which is only safe
-// where every receiver posts its receives in the same call (an all-to-all).
-void exchangeHeadered(FabricTransport& fabric, const std::vector<HeaderedMessage>& messages,
-                      size_t headerBytes, bool payloadsInPlace,
-                      const std::function<std::pair<void*, size_t>(size_t index)>& receiveInto,
-                      const std::string& what);
-
 }  // namespace mojoccl

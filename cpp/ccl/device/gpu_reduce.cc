@@ -1,4 +1,4 @@
-#include "kernels.h"
+#include "gpu_reduce.h"
 
 #include <dirent.h>
 #include <dlfcn.h>

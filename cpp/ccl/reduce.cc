@@ -1,4 +1,4 @@
-#include "kernels.h"
+#include "reduce.h"
 
 #include <cstdint>
 #include <string>
