@@ -399,11 +399,11 @@ void Comm::transfer(const std::vector<PointToPoint>& batch, Exchange exchange) {
   run([&] { return what; }, [&] {
     // An all-to-all between nodes agrees on the call first, as every
     // collective between nodes does: up to MOJOCCL_NET_DIRECT_NODES nodes
-    // its small sends travel in the same frames, past them it then goes
-    // rank to rank.
+    // (of not too many ranks) its small sends travel in the same frames,
+    // past them it then goes rank to rank.
     if (collective && spansNodes()) {
       const Call call{CallKind::AllToAll, nullptr, nullptr, 0, batch[0].datatype, ncclSum, 0, exchangeCall};
-      if (static_cast<int>(nodes_.size()) <= directNodes_) return allToAllAcrossNodes(transfers, remote, call, what);
+      if (allToAllTakesFrames()) return allToAllAcrossNodes(transfers, remote, call, what);
       agreeAcrossNodes(call);
     }
     // Sends within the node are buffered and never wait for the network, so

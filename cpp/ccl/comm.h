@@ -206,9 +206,9 @@ class Comm {
   struct AllToAllHandout;
   void allToAllAcrossNodes(const std::vector<Transfer>& withinNode, const std::vector<Transfer>& remote,
                            const Call& call, const std::string& what);
+  bool allToAllTakesFrames() const;
   void writeAllToAllSlot(char* slot, const std::vector<const Transfer*>& sendTo,
-                         const std::vector<const Transfer*>& receiveFrom, size_t element) const;
-  size_t slotOffsetOf(const AllToAllCounts& counts, size_t s, int d, size_t element) const;
+                         const std::vector<const Transfer*>& receiveFrom, const Call& call) const;
   std::string takeLocalPartsFromSlots(const Step& step, const AllToAllCounts& counts,
                                       const std::vector<const Transfer*>& sendTo,
                                       const std::vector<const Transfer*>& receiveFrom, const Call& call) const;
@@ -216,11 +216,13 @@ class Comm {
   void exchangeAllToAllFrames(const Call& call, const Step& step, const AllToAllCounts& counts, bool inFrames,
                               AllToAllHandout& handout);
   template <typename Visit>
-  void forEachPartFromNodes(const AllToAllCounts& counts, AllToAllHandout& handout, size_t element,
-                            Visit visit) const;
-  void packFromFrames(const Call& call, const AllToAllCounts& counts, AllToAllHandout& handout, char* into);
+  size_t forEachPartFromNodes(const AllToAllCounts& counts, AllToAllHandout& handout, size_t element, bool compact,
+                              Visit visit) const;
+  void packFromFrames(const Call& call, const AllToAllCounts& counts, AllToAllHandout& handout, char* into,
+                      bool compact);
   std::string takePartsFromFrames(const Call& call, const AllToAllCounts& counts, AllToAllHandout& handout,
-                                  const char* data, const std::vector<const Transfer*>& receiveFrom) const;
+                                  const char* data, bool compact,
+                                  const std::vector<const Transfer*>& receiveFrom) const;
   // Checks `call`, then runs it within the node, or across nodes once every
   // rank agrees on it (`agreesItself`: `acrossNodes` finds that out itself).
   void collective(const Call& call, void (Comm::*withinNode)(const Call&),

@@ -21,43 +21,80 @@
 
 namespace mojoccl {
 
-// Each local rank's counts in elements, read from its slot: its sends to
-// every rank, then its receives from every rank.
-struct Comm::AllToAllCounts {
-  std::vector<uint64_t> rows;
-  size_t size;
-  uint64_t send(size_t local, int to) const { return rows[local * 2 * size + to]; }
-  uint64_t receive(size_t local, int from) const { return rows[local * 2 * size + size + from]; }
-};
-
 namespace {
 
-// A rank's slot in the node's step: whether its sends follow, its counts
-// (a row of AllToAllCounts), then its sends to every other rank, by rank.
+// A rank's slot in the node's step: whether its sends follow, its call's
+// number (for a mismatch's message), its counts (a row of AllToAllCounts),
+// then its sends to every other rank, by rank.
 struct SlotHeader {
   uint64_t sendsFollow;
+  uint64_t sequence;
 };
 
 size_t slotBytesFor(size_t ranks, size_t sendBytes) {
   return sizeof(SlotHeader) + 2 * ranks * sizeof(uint64_t) + sendBytes;
 }
 
+// Past this many bytes of counts for a node's ranks to receive from the
+// other nodes' (the tables a leader hands its node), an all-to-all leaves
+// the frames to its agreement: 2 nodes of 64 ranks hand out 32 KiB.
+constexpr size_t kHandedTablesMax = 16 << 10;
+
+size_t roundUp(size_t value, size_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
 }  // namespace
+
+// Each local rank's counts in elements, read from its slot: its sends to
+// every rank, then its receives from every rank; where each send begins in
+// its slot; its call's number.
+struct Comm::AllToAllCounts {
+  std::vector<uint64_t> rows;
+  std::vector<size_t> sendsAt;
+  std::vector<uint64_t> sequences;
+  size_t size;
+
+  AllToAllCounts(size_t localRanks, size_t ranks)
+      : rows(localRanks * 2 * ranks), sendsAt(localRanks * ranks), sequences(localRanks), size(ranks) {}
+  uint64_t send(size_t local, int to) const { return rows[local * 2 * size + to]; }
+  uint64_t receive(size_t local, int from) const { return rows[local * 2 * size + size + from]; }
+  size_t sendAt(size_t local, int to) const { return sendsAt[local * size + to]; }
+
+  // Local rank `local` (rank `sender`) from its slot.
+  void read(size_t local, int sender, const char* slot, size_t element) {
+    sequences[local] = reinterpret_cast<const SlotHeader*>(slot)->sequence;
+    std::memcpy(&rows[local * 2 * size], slot + sizeof(SlotHeader), 2 * size * sizeof(uint64_t));
+    size_t offset = slotBytesFor(size, 0);
+    for (size_t to = 0; to < size; ++to) {
+      sendsAt[local * size + to] = offset;
+      if (static_cast<int>(to) != sender) offset += send(local, static_cast<int>(to)) * element;
+    }
+  }
+};
+
+// Whether an all-to-all takes the frames (else it agrees, then goes rank to
+// rank): the same answer on every rank, from the communicator's shape.
+bool Comm::allToAllTakesFrames() const {
+  if (static_cast<int>(nodes_.size()) > directNodes_ || slotBytesFor(size_, 0) > shm_->slotBytes()) return false;
+  for (const auto& node : nodes_)
+    if ((size_ - node.size()) * node.size() * sizeof(uint64_t) > kHandedTablesMax) return false;
+  return true;
+}
 
 // What a leader hands its node once the frames are in: the first
 // disagreement among the nodes' calls (which ends the call on every rank
-// before any data moves); a byte per node, whether its sends came in its
-// frames; for each other node in node order, the counts its frame says its
-// ranks send to ours (by its rank, then ours); then, where it is small
-// enough to ride along, what came in frames, laid out by the counts our
-// ranks expect (by sending node, its rank, our rank).
+// before any data moves between nodes; parts within the node may be in
+// place already); a byte per node, whether its sends came in its frames;
+// for each other node in node order, the counts its frame says its ranks
+// send to ours (by its rank, then ours); then, where our ranks expect
+// kOneShotMaxBytes or less from other nodes, what came in frames, laid out
+// by those expected counts (by sending node, its rank, our rank).
 struct Comm::AllToAllHandout {
   std::vector<char> bytes;
   std::vector<size_t> tableAt;  // by node
   size_t dataAt;
 
   AllToAllHandout(const std::vector<std::vector<int>>& nodes, int ours, size_t dataBytes) {
-    size_t at = kVerdictBytes + nodes.size();
+    size_t at = roundUp(kVerdictBytes + nodes.size(), sizeof(uint64_t));
     for (size_t node = 0; node < nodes.size(); ++node) {
       tableAt.push_back(at);
       if (static_cast<int>(node) != ours) at += nodes[node].size() * nodes[ours].size() * sizeof(uint64_t);
@@ -86,32 +123,24 @@ bool Comm::sendsFitInFrames(const AllToAllCounts& counts, size_t element) const 
   return total <= kOneShotMaxBytes;
 }
 
-// Where local rank s's send to rank d begins among the sends in its slot.
-size_t Comm::slotOffsetOf(const AllToAllCounts& counts, size_t s, int d, size_t element) const {
-  const int sender = nodes_[node_][s];
-  size_t offset = slotBytesFor(size_, 0);
-  for (int to = 0; to < d; ++to)
-    if (to != sender) offset += counts.send(s, to) * element;
-  return offset;
-}
-
 void Comm::allToAllAcrossNodes(const std::vector<Transfer>& withinNode, const std::vector<Transfer>& remote,
                                const Call& call, const std::string& what) {
   const size_t element = datatypeSize(call.datatype);
   const size_t localRanks = nodes_[node_].size();
+  // ncclAllToAllv gives every peer a send and a receive (of any count, 0 included).
   std::vector<const Transfer*> sendTo(size_), receiveFrom(size_);
   for (const Transfer& transfer : remote) (transfer.isSend ? sendTo : receiveFrom)[transfer.peer] = &transfer;
   for (const Transfer& transfer : withinNode)
     (transfer.isSend ? sendTo : receiveFrom)[nodes_[node_][transfer.peer]] = &transfer;
 
-  AllToAllCounts counts{std::vector<uint64_t>(localRanks * 2 * size_), static_cast<size_t>(size_)};
+  AllToAllCounts counts(localRanks, size_);
   std::string mismatch;
   bool agreed = false, inSlots = false, inFrames = false;
   size_t expected = 0;  // the bytes our node's ranks expect from other nodes
   std::unique_ptr<AllToAllHandout> handout;
   {
     Step step(*shm_, rounds_, call);
-    writeAllToAllSlot(step.mine(), sendTo, receiveFrom, element);
+    writeAllToAllSlot(step.mine(), sendTo, receiveFrom, call);
     step.publishAndAwait();
     agreed = reportInFrame(call, step.disagreement());
     if (agreed) {
@@ -119,7 +148,7 @@ void Comm::allToAllAcrossNodes(const std::vector<Transfer>& withinNode, const st
       for (size_t s = 0; s < localRanks; ++s) {
         const char* slot = step.of(static_cast<int>(s));
         inSlots &= reinterpret_cast<const SlotHeader*>(slot)->sendsFollow != 0;
-        std::memcpy(&counts.rows[s * 2 * size_], slot + sizeof(SlotHeader), 2 * size_ * sizeof(uint64_t));
+        counts.read(s, nodes_[node_][s], slot, element);
       }
       inFrames = inSlots && sendsFitInFrames(counts, element);
       for (size_t node = 0; node < nodes_.size(); ++node)
@@ -132,7 +161,7 @@ void Comm::allToAllAcrossNodes(const std::vector<Transfer>& withinNode, const st
     if (isLeader()) exchangeAllToAllFrames(call, step, counts, inFrames, *handout);
   }  // the node's slots are free again
   if (isLeader() && handout->bytes.size() > handout->dataAt)
-    packFromFrames(call, counts, *handout, handout->bytes.data() + handout->dataAt);
+    packFromFrames(call, counts, *handout, handout->bytes.data() + handout->dataAt, /*compact=*/false);
   localBroadcast({CallKind::Broadcast, handout->bytes.data(), handout->bytes.data(), handout->bytes.size(), ncclInt8,
                   ncclSum, leader(), call.sequence});
   if (handout->disagreement()[0] != '\0') throw MismatchError(handout->disagreement());
@@ -144,20 +173,23 @@ void Comm::allToAllAcrossNodes(const std::vector<Transfer>& withinNode, const st
       mismatch = error.what();
     }
   }
-  // What came in frames: in the handout, or (too large to ride along) in a broadcast of its own.
+  // What came in frames: in the handout, or, where our ranks expect more
+  // from other nodes than rides along, in a broadcast of its own of just the
+  // parts that came in frames at the counts expected.
   bool anyInFrames = false;
   for (size_t node = 0; node < nodes_.size(); ++node) anyInFrames |= handout->sentInFrames(node) != 0;
   if (anyInFrames) {
+    const bool compact = handout->bytes.size() == handout->dataAt;
     const char* data = handout->bytes.data() + handout->dataAt;
     std::vector<char> separate;
-    if (handout->bytes.size() == handout->dataAt && expected > 0) {
-      separate.resize(expected);
-      if (isLeader()) packFromFrames(call, counts, *handout, separate.data());
-      localBroadcast({CallKind::Broadcast, separate.data(), separate.data(), expected, ncclInt8, ncclSum, leader(),
-                      call.sequence});
+    if (compact) {
+      separate.resize(forEachPartFromNodes(counts, *handout, element, true, [](auto...) {}));
+      if (isLeader()) packFromFrames(call, counts, *handout, separate.data(), compact);
+      localBroadcast({CallKind::Broadcast, separate.data(), separate.data(), separate.size(), ncclInt8, ncclSum,
+                      leader(), call.sequence});
       data = separate.data();
     }
-    const std::string problem = takePartsFromFrames(call, counts, *handout, data, receiveFrom);
+    const std::string problem = takePartsFromFrames(call, counts, *handout, data, compact, receiveFrom);
     if (mismatch.empty()) mismatch = problem;
   }
   // The rest, rank to rank on the fabric: our sends unless they went in
@@ -177,7 +209,8 @@ void Comm::allToAllAcrossNodes(const std::vector<Transfer>& withinNode, const st
 // nodes are small) and all of them fit the slot: a large all-to-all would
 // only pay one more copy of its data.
 void Comm::writeAllToAllSlot(char* slot, const std::vector<const Transfer*>& sendTo,
-                             const std::vector<const Transfer*>& receiveFrom, size_t element) const {
+                             const std::vector<const Transfer*>& receiveFrom, const Call& call) const {
+  const size_t element = datatypeSize(call.datatype);
   size_t sendBytes = 0, toOtherNodes = 0;
   for (int d = 0; d < size_; ++d)
     if (d != rank_ && sendTo[d] != nullptr) {
@@ -185,7 +218,7 @@ void Comm::writeAllToAllSlot(char* slot, const std::vector<const Transfer*>& sen
       if (nodeOfRank_[d] != node_) toOtherNodes += sendTo[d]->count * element;
     }
   const bool follow = toOtherNodes <= kOneShotMaxBytes && slotBytesFor(size_, sendBytes) <= shm_->slotBytes();
-  reinterpret_cast<SlotHeader*>(slot)->sendsFollow = follow;
+  *reinterpret_cast<SlotHeader*>(slot) = {follow, call.sequence};
   auto* row = reinterpret_cast<uint64_t*>(slot + sizeof(SlotHeader));
   for (int peer = 0; peer < size_; ++peer) {
     row[peer] = sendTo[peer] != nullptr ? sendTo[peer]->count : 0;
@@ -211,11 +244,12 @@ std::string Comm::takeLocalPartsFromSlots(const Step& step, const AllToAllCounts
     const Transfer& receive = *receiveFrom[sender];
     const uint64_t sent = counts.send(s, rank_);
     if (sent != receive.count) {
-      if (mismatch.empty()) mismatch = transferMismatch(sender, sent, call.datatype, call.sequence, rank_, receive);
+      if (mismatch.empty())
+        mismatch = transferMismatch(sender, sent, call.datatype, counts.sequences[s], rank_, receive);
       continue;
     }
     const char* from = sender == rank_ ? static_cast<const char*>(sendTo[rank_]->buffer)
-                                       : step.of(static_cast<int>(s)) + slotOffsetOf(counts, s, rank_, element);
+                                       : step.of(static_cast<int>(s)) + counts.sendAt(s, rank_);
     std::memmove(receive.buffer, from, sent * element);
   }
   return mismatch;
@@ -243,7 +277,7 @@ void Comm::exchangeAllToAllFrames(const Call& call, const Step& step, const AllT
     for (size_t s = 0; flag && s < localRanks; ++s)
       for (int d : nodes_[node]) {
         const size_t bytes = counts.send(s, d) * element;
-        std::memcpy(at, step.of(static_cast<int>(s)) + slotOffsetOf(counts, s, d, element), bytes);
+        std::memcpy(at, step.of(static_cast<int>(s)) + counts.sendAt(s, d), bytes);
         at += bytes;
       }
     return static_cast<size_t>(at - payload);
@@ -263,10 +297,13 @@ void Comm::exchangeAllToAllFrames(const Call& call, const Step& step, const AllT
 // Visits, for every other node, each of its ranks' parts for each of ours:
 // visit(node, sending rank, our local rank, count it sent (0 where its
 // node's sends were not in frames), where it lies in the node's frame
-// data, where our ranks' expected counts place it).
+// data, where it lies in what the leader hands its node); returns the
+// bytes handed. Laid out by the counts our ranks expect, every part of
+// every other node (in the handout), or `compact`: only the parts that came
+// in frames at the count expected (in a broadcast of their own).
 template <typename Visit>
-void Comm::forEachPartFromNodes(const AllToAllCounts& counts, AllToAllHandout& handout, size_t element,
-                                Visit visit) const {
+size_t Comm::forEachPartFromNodes(const AllToAllCounts& counts, AllToAllHandout& handout, size_t element,
+                                  bool compact, Visit visit) const {
   const size_t localRanks = nodes_[node_].size();
   size_t placed = 0;
   for (size_t node = 0; node < nodes_.size(); ++node) {
@@ -276,20 +313,22 @@ void Comm::forEachPartFromNodes(const AllToAllCounts& counts, AllToAllHandout& h
       for (size_t d = 0; d < localRanks; ++d) {
         const int sender = nodes_[node][s];
         const uint64_t sent = handout.sentInFrames(node) ? handout.table(node)[s * localRanks + d] : 0;
+        const uint64_t expected = counts.receive(d, sender);
         visit(node, sender, d, sent, inFrame, placed);
         inFrame += sent * element;
-        placed += counts.receive(d, sender) * element;
+        if (!compact || (handout.sentInFrames(node) && sent == expected)) placed += expected * element;
       }
   }
+  return placed;
 }
 
-// At the leader: the parts that came in frames, each where our ranks'
-// counts place it (a part of another count is left out, and named by its
-// receiver).
-void Comm::packFromFrames(const Call& call, const AllToAllCounts& counts, AllToAllHandout& handout, char* into) {
+// At the leader: the parts that came in frames at the counts our ranks
+// expect (one of another count is left out, and named by its receiver).
+void Comm::packFromFrames(const Call& call, const AllToAllCounts& counts, AllToAllHandout& handout, char* into,
+                          bool compact) {
   const size_t element = datatypeSize(call.datatype);
   const size_t localRanks = nodes_[node_].size();
-  forEachPartFromNodes(counts, handout, element,
+  forEachPartFromNodes(counts, handout, element, compact,
                        [&](size_t node, int sender, size_t d, uint64_t sent, size_t inFrame, size_t placed) {
                          if (sent == 0 || sent != counts.receive(d, sender)) return;
                          const size_t table = nodes_[node].size() * localRanks * sizeof(uint64_t);
@@ -301,17 +340,18 @@ void Comm::packFromFrames(const Call& call, const AllToAllCounts& counts, AllToA
 // Our parts from the nodes that sent in frames, out of `data` (laid out by
 // packFromFrames); the first whose count is not the one we expect is named.
 std::string Comm::takePartsFromFrames(const Call& call, const AllToAllCounts& counts, AllToAllHandout& handout,
-                                      const char* data, const std::vector<const Transfer*>& receiveFrom) const {
+                                      const char* data, bool compact,
+                                      const std::vector<const Transfer*>& receiveFrom) const {
   const size_t element = datatypeSize(call.datatype);
   std::string mismatch;
-  forEachPartFromNodes(counts, handout, element,
+  forEachPartFromNodes(counts, handout, element, compact,
                        [&](size_t node, int sender, size_t d, uint64_t sent, size_t, size_t placed) {
                          if (static_cast<int>(d) != localIndex_ || !handout.sentInFrames(node)) return;
                          const Transfer& receive = *receiveFrom[sender];
                          if (sent == receive.count)
                            std::memcpy(receive.buffer, data + placed, sent * element);
-                         else if (mismatch.empty())
-                           mismatch = transferMismatch(sender, sent, call.datatype, call.sequence, rank_, receive);
+                         else if (mismatch.empty())  // the sender's call number is not in its frame
+                           mismatch = transferMismatch(sender, sent, call.datatype, 0, rank_, receive);
                        });
   return mismatch;
 }

@@ -428,8 +428,20 @@ def check_large_all_to_all(m):
         if receiver == (sender + 1) % m.world:
             return 209_717
         return 51_203 if receiver == sender else sender + receiver + 1
+    uneven_all_to_all(m, "all_to_all_single float32 large uneven", rows, 59_999)
+    # One large part among small ones: between nodes the node that sends it
+    # goes rank to rank, the others in the leaders' frames, and the node
+    # that receives it gets the small parts in a hand-out of their own.
+    uneven_all_to_all(m, "all_to_all_single float32 one large part",
+                      lambda sender, receiver: 25_600 if (sender, receiver) == (0, m.world - 1)
+                      else (sender + receiver) % 3 + 1, 59_998)
+
+
+def uneven_all_to_all(m, name, rows, seed):
+    """An all_to_all_single of float32 rows of 3 in which rank s sends rank r
+    rows(s, r) of them."""
     rows_to = [[rows(r, p) for p in range(m.world)] for r in range(m.world)]
-    inputs = [make_input(r, 3 * sum(rows_to[r]), torch.float32, 59_999).reshape(-1, 3) for r in range(m.world)]
+    inputs = [make_input(r, 3 * sum(rows_to[r]), torch.float32, seed).reshape(-1, 3) for r in range(m.world)]
 
     def part(sender, receiver):
         start = sum(rows_to[sender][:receiver])
@@ -443,7 +455,7 @@ def check_large_all_to_all(m):
                                input_split_sizes=rows_to[m.rank], group=group)
         return [output]
 
-    m.case("all_to_all_single float32 large uneven", single, [expected], torch.float32)
+    m.case(name, single, [expected], torch.float32)
 
 
 def check_point_to_point(m):

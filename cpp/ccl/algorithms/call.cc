@@ -44,7 +44,9 @@ bool CallSignature::sameCollective(const CallSignature& other) const {
 }
 
 std::string CallSignature::describe() const {
-  std::string text = std::string(kindName(kind)) + "(count=" + std::to_string(count) + ", " +
+  // An all-to-all's counts are each rank's own.
+  const bool counted = kind != static_cast<uint32_t>(CallKind::AllToAll);
+  std::string text = std::string(kindName(kind)) + "(" + (counted ? "count=" + std::to_string(count) + ", " : "") +
                      datatypeName(static_cast<ncclDataType_t>(datatype));
   if (reduces(kind)) text += std::string(", ") + redOpName(static_cast<ncclRedOp_t>(op));
   if (hasRoot(kind)) text += ", root=" + std::to_string(root);

@@ -160,8 +160,8 @@ class Progress {
 
 std::string transferMismatch(int sender, size_t sentCount, uint32_t sentType, uint64_t sentCall, int receiver,
                              const Transfer& expected) {
-  return "point-to-point mismatch: rank " + std::to_string(sender) + " sent " +
-         describe(sentCount, sentType) + " (its call #" + std::to_string(sentCall) + "), rank " +
+  return "point-to-point mismatch: rank " + std::to_string(sender) + " sent " + describe(sentCount, sentType) +
+         (sentCall > 0 ? " (its call #" + std::to_string(sentCall) + ")" : "") + ", rank " +
          std::to_string(receiver) + " expected " + describe(expected.count, expected.datatype) +
          " (its call #" + std::to_string(expected.sequence) + ")";
 }

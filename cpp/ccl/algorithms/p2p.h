@@ -38,7 +38,7 @@ void runTransfers(ShmTransport& shm, const std::vector<Transfer>& transfers);
 
 // "point-to-point mismatch: rank S sent N x type (its call #c), rank R
 // expected M x type (its call #d)": a message of another size or datatype
-// than its receive, wherever it travelled.
+// than its receive, wherever it travelled (`sentCall` 0: not known).
 std::string transferMismatch(int sender, size_t sentCount, uint32_t sentType, uint64_t sentCall, int receiver,
                              const Transfer& expected);
 
