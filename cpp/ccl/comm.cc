@@ -5,15 +5,10 @@
 #include <cstring>
 #include <unistd.h>
 
-#include "algorithms/direct.h"
-#include "algorithms/network.h"
-#include "algorithms/step.h"
-#include "algorithms/zero_copy.h"
 #include "bootstrap.h"
 #include "datatypes.h"
-#include "settings.h"
 #include "error.h"
-#include "reduce.h"
+#include "settings.h"
 #include "transports/libfabric.h"
 #include "transports/peer_watch.h"
 
@@ -23,13 +18,6 @@ namespace {
 // Staging slot per rank (two per rank). Small enough to stay in cache while
 // a chunk is copied in, reduced and copied out.
 constexpr size_t kSlotBytes = 1 << 20;
-
-AllReduceAlgorithm allReduceAlgorithmFromEnv() {
-  std::string choice = settingChoice("MOJOCCL_ALGO");
-  if (choice == "one_shot") return AllReduceAlgorithm::OneShot;
-  if (choice == "two_shot") return AllReduceAlgorithm::TwoShot;
-  return AllReduceAlgorithm::Auto;
-}
 
 std::string segmentName(const ncclUniqueId& id, uint64_t hostHash) {
   uint64_t hash = hostHash;
@@ -57,11 +45,7 @@ bool framesOnSockets(const std::string& setting, const FabricTransport& fabric, 
 }  // namespace
 
 Comm::Comm(const ncclUniqueId& id, int nranks, int rank)
-    : rank_(rank),
-      size_(nranks),
-      allReduceAlgorithm_(allReduceAlgorithmFromEnv()),
-      zeroCopy_(settingOn("MOJOCCL_ZERO_COPY")),
-      devicePeersRequested_(settingOn("MOJOCCL_DEVICE_PEERS")) {
+    : devicePeersRequested_(settingOn("MOJOCCL_DEVICE_PEERS")) {
   if (nranks < 1) fail(ncclInvalidArgument, "nranks must be at least 1, got " + std::to_string(nranks));
   if (rank < 0 || rank >= nranks)
     fail(ncclInvalidArgument, "rank " + std::to_string(rank) + " is outside 0.." +
@@ -73,21 +57,20 @@ Comm::Comm(const ncclUniqueId& id, int nranks, int rank)
                       Clock::now() + std::chrono::seconds(timeout + 10));
 
   const auto& ranks = bootstrap.ranks();
-  groupIntoNodes(ranks);
+  topology_ = Topology::of(ranks, rank);
   findCoreSharers(ranks);
   std::vector<ShmPeer> peers;
-  for (int peer : nodes_[node_]) peers.push_back({peer, ranks[peer].pid});
-  localIndex_ = static_cast<int>(std::find(nodes_[node_].begin(), nodes_[node_].end(), rank) -
-                                 nodes_[node_].begin());
-  shm_ = std::make_unique<ShmTransport>(bootstrap, peers, localIndex_, segmentName(id, ranks[rank].hostHash),
+  for (int peer : topology_.ours()) peers.push_back({peer, ranks[peer].pid});
+  shm_ = std::make_unique<ShmTransport>(bootstrap, peers, topology_.localIndex, segmentName(id, ranks[rank].hostHash),
                                         kSlotBytes, aborted_, ranksOutnumberCores());
-  if (nodes_.size() > 1) openFabric(bootstrap);
+  node_ = std::make_unique<NodeCollectives>(*shm_);
+  if (topology_.nodes.size() > 1) openFabric(bootstrap);
   bootstrap.close();
 }
 
 // By the real host name, not MOJOCCL_HOSTID: "nodes" of one machine share its cores.
 void Comm::findCoreSharers(const std::vector<RankInfo>& ranks) {
-  const RankInfo& me = ranks[rank_];
+  const RankInfo& me = ranks[topology_.rank];
   uint64_t together[16] = {};
   coreSharers_ = 0;
   for (const auto& info : ranks) {
@@ -106,25 +89,13 @@ void Comm::findCoreSharers(const std::vector<RankInfo>& ranks) {
 // ranks against the machine's CPUs.
 bool Comm::ranksOutnumberCores() const {
   if (sharedCpus_ > 0) return coreSharers_ > sharedCpus_;
-  return static_cast<long>(nodes_[node_].size()) > sysconf(_SC_NPROCESSORS_ONLN);
+  return static_cast<long>(topology_.localRanks()) > sysconf(_SC_NPROCESSORS_ONLN);
 }
 
 uint64_t Comm::rejected() {
   std::lock_guard<std::mutex> lock(transportsMutex_);
   if (!shm_) return rejectedAtRelease_;
   return (watch_ ? watch_->rejected() : 0) + (fabric_ ? fabric_->rejected() : 0);
-}
-
-void Comm::groupIntoNodes(const std::vector<RankInfo>& ranks) {
-  nodeOfRank_.resize(ranks.size());
-  for (const auto& info : ranks) {
-    size_t node = 0;
-    while (node < nodes_.size() && ranks[nodes_[node][0]].hostHash != info.hostHash) ++node;
-    if (node == nodes_.size()) nodes_.emplace_back();
-    nodes_[node].push_back(info.rank);
-    nodeOfRank_[info.rank] = static_cast<int>(node);
-  }
-  node_ = nodeOfRank_[rank_];
 }
 
 void Comm::openFabric(Bootstrap& bootstrap) {
@@ -134,6 +105,8 @@ void Comm::openFabric(Bootstrap& bootstrap) {
   bool trace = false;
   int timeoutSeconds = 0;
   std::string railsSetting, framesSetting;
+  NetworkAlgorithms algorithms;
+  int directNodes = 0;
   try {
     if (settingChoice("MOJOCCL_NET") == "verbs")
       fail(ncclInvalidUsage,
@@ -143,8 +116,8 @@ void Comm::openFabric(Bootstrap& bootstrap) {
     timeoutSeconds = static_cast<int>(settingInt("MOJOCCL_IB_TIMEOUT_S"));
     forcedLocalRegistration();  // read here so that a bad value fails every rank at once
     stagingMegabytes();
-    networkAlgorithms_ = NetworkAlgorithms::fromEnv();
-    directNodes_ = static_cast<int>(settingInt("MOJOCCL_NET_DIRECT_NODES"));
+    algorithms = NetworkAlgorithms::fromEnv();
+    directNodes = static_cast<int>(settingInt("MOJOCCL_NET_DIRECT_NODES"));
     railsSetting = settingChoice("MOJOCCL_NET_RAILS");
     framesSetting = settingChoice("MOJOCCL_NET_FRAMES");
     LibFabric::get();
@@ -154,20 +127,22 @@ void Comm::openFabric(Bootstrap& bootstrap) {
   bootstrap.agreeOnSuccess(failure.empty(), failure);
   bootstrap.requireSameSetting("MOJOCCL_NET_ALGO", NetworkAlgorithms::setting());
   bootstrap.requireSameSetting("MOJOCCL_NET_RAILS", railsSetting);
-  bootstrap.requireSameSetting("MOJOCCL_NET_DIRECT_NODES", std::to_string(directNodes_));
+  bootstrap.requireSameSetting("MOJOCCL_NET_DIRECT_NODES", std::to_string(directNodes));
   bootstrap.requireSameSetting("MOJOCCL_NET_FRAMES", framesSetting);
-  rails_ = railsSetting == "1" && nodes_[0].size() > 1 &&
-           std::all_of(nodes_.begin(), nodes_.end(), [&](const auto& node) { return node.size() == nodes_[0].size(); });
-  fabric_ = std::make_unique<FabricTransport>(bootstrap, rank_, localIndex_, aborted_, timeoutSeconds);
+  const auto& nodes = topology_.nodes;
+  const bool rails = railsSetting == "1" && nodes[0].size() > 1 &&
+                     std::all_of(nodes.begin(), nodes.end(), [&](const auto& node) { return node.size() == nodes[0].size(); });
+  const int rank = topology_.rank;
+  fabric_ = std::make_unique<FabricTransport>(bootstrap, rank, topology_.localIndex, aborted_, timeoutSeconds);
   // Frames go in pieces, and segments are cut, by this size: ranks that
   // cut differently would not meet.
   bootstrap.requireSameSetting("The provider's eager message size (FI_OFI_RXM_EAGER_LIMIT, FI_OFI_RXM_BUFFER_SIZE)",
                                std::to_string(fabric_->eagerMessage()));
   fabric_->traceRegistrations(trace);
-  const bool frameSockets = framesOnSockets(framesSetting, *fabric_, nodes_.size());
-  watch_ = std::make_unique<PeerWatch>(bootstrap, nodes_, node_, rank_, *shm_, timeoutSeconds, frameSockets);
-  if (frameSockets && isLeader())
-    leaderSockets_ = std::make_unique<LeaderSockets>(watch_->takeFrameLinks(), rank_, bootstrap.ranks(), aborted_,
+  const bool frameSockets = framesOnSockets(framesSetting, *fabric_, nodes.size());
+  watch_ = std::make_unique<PeerWatch>(bootstrap, nodes, topology_.node, rank, *shm_, timeoutSeconds, frameSockets);
+  if (frameSockets && topology_.isLeader())
+    leaderSockets_ = std::make_unique<LeaderSockets>(watch_->takeFrameLinks(), rank, bootstrap.ranks(), aborted_,
                                                      timeoutSeconds);
   // A rank waiting on another node waits on no one here: the node's alarm
   // tells it that some rank died, the watch's news that a rank it waits on
@@ -185,14 +160,16 @@ void Comm::openFabric(Bootstrap& bootstrap) {
   };
   fabric_->checkPeersWith(checkPeers);
   if (leaderSockets_) leaderSockets_->checkPeersWith(checkPeers);
+  hierarchy_ = std::make_unique<Hierarchy>(
+      topology_, *node_, BetweenNodes{*fabric_, leaderSockets_.get(), algorithms, directNodes, rails, {}});
   if (trace) {
     std::string local;
-    for (int peer : nodes_[node_]) local += (local.empty() ? "" : ",") + std::to_string(peer);
-    const std::string carriers = rails_ ? "rail " + std::to_string(localIndex_) + " of " +
-                                              std::to_string(nodes_[node_].size())
-                                        : "leader " + std::to_string(leader());
-    fprintf(stderr, "[mojoccl] rank %d: node %d of %zu (ranks %s, %s); between nodes: %s; frames on %s\n", rank_,
-            node_, nodes_.size(), local.c_str(), carriers.c_str(), fabric_->describe().c_str(),
+    for (int peer : topology_.ours()) local += (local.empty() ? "" : ",") + std::to_string(peer);
+    const std::string carriers = rails ? "rail " + std::to_string(topology_.localIndex) + " of " +
+                                             std::to_string(topology_.localRanks())
+                                       : "leader " + std::to_string(topology_.leader());
+    fprintf(stderr, "[mojoccl] rank %d: node %d of %zu (ranks %s, %s); between nodes: %s; frames on %s\n", rank,
+            topology_.node, nodes.size(), local.c_str(), carriers.c_str(), fabric_->describe().c_str(),
             frameSockets ? "the leaders' sockets" : "the fabric");
   }
 }
@@ -205,21 +182,22 @@ void Comm::releaseTransports() {
   std::lock_guard<std::mutex> lock(transportsMutex_);
   failedAtRelease_ = std::move(failed);
   rejectedAtRelease_ = rejectedBefore;
+  devicePeers_.reset();
+  hierarchy_.reset();
+  node_.reset();
   fabric_.reset();
   watch_.reset();
   leaderSockets_.reset();
   shm_.reset();
-  devicePeers_.reset();
 }
 
 std::vector<int> Comm::failedRanks() {
   std::lock_guard<std::mutex> lock(transportsMutex_);
   if (!shm_) return failedAtRelease_;
   std::vector<int> failed;
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_) continue;
-    const bool died = nodeOfRank_[peer] == node_ ? shm_->peerDied(shm_->indexOf(peer))
-                                                 : shm_->remoteDied(peer);
+  for (int peer = 0; peer < topology_.size; ++peer) {
+    if (peer == topology_.rank) continue;
+    const bool died = topology_.onOurNode(peer) ? shm_->peerDied(shm_->indexOf(peer)) : shm_->remoteDied(peer);
     if (died) failed.push_back(peer);
   }
   return failed;
@@ -233,12 +211,12 @@ void Comm::validate(const Call& call) const {
   if (reduces && (call.op < 0 || call.op >= ncclNumOps))
     fail(ncclInvalidArgument, "unknown reduction op " + std::to_string(call.op));
   bool rooted = call.kind == CallKind::Broadcast || call.kind == CallKind::Reduce;
-  if (rooted && (call.root < 0 || call.root >= size_))
+  if (rooted && (call.root < 0 || call.root >= topology_.size))
     fail(ncclInvalidArgument, "root " + std::to_string(call.root) + " is outside 0.." +
-                                  std::to_string(size_ - 1));
+                                  std::to_string(topology_.size - 1));
   // Only the root reads a broadcast's send buffer or writes a reduce's receive buffer.
-  bool needsSend = call.kind != CallKind::Broadcast || call.root == rank_;
-  bool needsRecv = call.kind != CallKind::Reduce || call.root == rank_;
+  bool needsSend = call.kind != CallKind::Broadcast || call.root == topology_.rank;
+  bool needsRecv = call.kind != CallKind::Reduce || call.root == topology_.rank;
   if (call.count > 0 && ((needsRecv && call.recv == nullptr) || (needsSend && call.send == nullptr)))
     fail(ncclInvalidArgument, "a buffer pointer is NULL");
 }
@@ -259,7 +237,7 @@ void Comm::run(Describe what, Algorithm algorithm) {
     // A peer on another node that stopped answering: say so where the
     // job's log shows it, whatever the caller does with the error.
     if (error.code() == ncclRemoteError && spansNodes())
-      fprintf(stderr, "[mojoccl] rank %d, %s: %s\n", rank_, what().c_str(), error.what());
+      fprintf(stderr, "[mojoccl] rank %d, %s: %s\n", topology_.rank, what().c_str(), error.what());
     // Any other failure leaves the ranks at different points of the call;
     // peers still waiting on this rank learn why at once.
     brokenBy_ = error.what();
@@ -269,107 +247,60 @@ void Comm::run(Describe what, Algorithm algorithm) {
       shm_->markDeparted();
     else if (shm_)
       shm_->markFailed(error.what());
-    throw Error(error.code(), "rank " + std::to_string(rank_) + ", " + what() + ": " + error.what());
+    throw Error(error.code(), "rank " + std::to_string(topology_.rank) + ", " + what() + ": " + error.what());
   }
-}
-
-// ---------------------------------------------------------------- one node
-
-void Comm::local(const Call& call, size_t bytes, ZeroCopy zeroCopy, Staged staged) {
-  // A node of one rank holds its result already (its `bytes` are the whole
-  // of it): the steps would only copy the buffer into shared memory and
-  // back, between single-rank nodes two copies of an all-reduce per call.
-  if (shm_->size() == 1) {
-    if (call.recv != call.send) std::memmove(call.recv, call.send, bytes);
-    return;
-  }
-  // Every rank takes the same branch: `bytes` is checked to agree in the
-  // first step of either.
-  if (zeroCopy_ && bytes >= kZeroCopyMinBytes && zeroCopy(*shm_, rounds_, call)) return;
-  staged(*shm_, rounds_, call);
-}
-
-void Comm::localAllReduce(const Call& call) {
-  const size_t bytes = call.count * datatypeSize(call.datatype);
-  bool oneShot = allReduceAlgorithm_ == AllReduceAlgorithm::OneShot ||
-                 (allReduceAlgorithm_ == AllReduceAlgorithm::Auto &&
-                  (shm_->size() <= 2 || bytes <= kOneShotMaxBytes));
-  local(call, bytes, allReduceZeroCopy, oneShot ? allReduceOneShot : allReduceTwoShot);
-}
-
-void Comm::localReduce(const Call& call) {
-  local(call, call.count * datatypeSize(call.datatype), reduceZeroCopy, reduceDirect);
-}
-
-void Comm::localBroadcast(const Call& call) {
-  local(call, call.count * datatypeSize(call.datatype), broadcastZeroCopy, broadcastDirect);
-}
-
-void Comm::localAllGather(const Call& call) {
-  local(call, call.count * datatypeSize(call.datatype) * shm_->size(), allGatherZeroCopy,
-        allGatherDirect);
-}
-
-void Comm::localReduceScatter(const Call& call) {
-  local(call, call.count * datatypeSize(call.datatype) * shm_->size(), reduceScatterZeroCopy,
-        reduceScatterDirect);
 }
 
 // -------------------------------------------------------------- the calls
 
-void Comm::collective(const Call& call, void (Comm::*withinNode)(const Call&),
-                      void (Comm::*acrossNodes)(const Call&), bool agreesItself) {
+void Comm::collective(const Call& call, void (NodeCollectives::*withinNode)(const Call&),
+                      void (Hierarchy::*acrossNodes)(const Call&)) {
   validate(call);
   run([&] { return call.describe() + " (call #" + std::to_string(call.sequence) + ")"; }, [&] {
-    if (!spansNodes()) return (this->*withinNode)(call);
-    if (!agreesItself) agreeAcrossNodes(call);
-    (this->*acrossNodes)(call);
+    if (hierarchy_) return ((*hierarchy_).*acrossNodes)(call);
+    ((*node_).*withinNode)(call);
   });
 }
 
-void Comm::allReduce(const void* send, void* recv, size_t count, ncclDataType_t datatype,
-                     ncclRedOp_t op) {
-  const bool small = count * datatypeSize(datatype) <= kOneShotMaxBytes;
-  collective({CallKind::AllReduce, send, recv, count, datatype, op, 0, ++calls_}, &Comm::localAllReduce,
-             small ? &Comm::smallAllReduceAcrossNodes : &Comm::allReduceAcrossNodesInPlace, small);
+void Comm::allReduce(const void* send, void* recv, size_t count, ncclDataType_t datatype, ncclRedOp_t op) {
+  collective({CallKind::AllReduce, send, recv, count, datatype, op, 0, ++calls_}, &NodeCollectives::allReduce,
+             &Hierarchy::allReduce);
+}
+
+void Comm::broadcast(const void* send, void* recv, size_t count, ncclDataType_t datatype, int root) {
+  collective({CallKind::Broadcast, send, recv, count, datatype, ncclSum, root, ++calls_}, &NodeCollectives::broadcast,
+             &Hierarchy::broadcast);
+}
+
+void Comm::allGather(const void* send, void* recv, size_t sendCount, ncclDataType_t datatype) {
+  collective({CallKind::AllGather, send, recv, sendCount, datatype, ncclSum, 0, ++calls_}, &NodeCollectives::allGather,
+             &Hierarchy::allGather);
+}
+
+void Comm::reduceScatter(const void* send, void* recv, size_t recvCount, ncclDataType_t datatype, ncclRedOp_t op) {
+  collective({CallKind::ReduceScatter, send, recv, recvCount, datatype, op, 0, ++calls_},
+             &NodeCollectives::reduceScatter, &Hierarchy::reduceScatter);
+}
+
+void Comm::reduce(const void* send, void* recv, size_t count, ncclDataType_t datatype, ncclRedOp_t op, int root) {
+  collective({CallKind::Reduce, send, recv, count, datatype, op, root, ++calls_}, &NodeCollectives::reduce,
+             &Hierarchy::reduce);
 }
 
 bool Comm::collectiveOnDevice(Call call, ncclStream_t stream) {
   // A communicator of one has no peers: its collectives are copies.
-  if (!devicePeersRequested_ || size_ == 1) return false;
-  if (!devicePeersDecided_) setUpDevicePeers();
-  if (!devicePeers_) return false;
+  if (!devicePeersRequested_ || topology_.size == 1) return false;
   call.sequence = ++calls_;
+  if (!devicePeersDecided_) {
+    devicePeersDecided_ = true;
+    run([] { return std::string("setting up MOJOCCL_DEVICE_PEERS"); },
+        [&] { devicePeers_ = DevicePeers::open(topology_, *node_, call); });
+  }
+  if (!devicePeers_) return false;
   validate(call);
   run([&] { return call.describe() + " on device memory (call #" + std::to_string(call.sequence) + ")"; },
-      [&] { deviceCollective(call, stream); });
+      [&] { devicePeers_->run(call, stream); });
   return true;
-}
-
-void Comm::broadcast(const void* send, void* recv, size_t count, ncclDataType_t datatype, int root) {
-  const bool small = count * datatypeSize(datatype) <= kOneShotMaxBytes && spansNodes();
-  collective({CallKind::Broadcast, send, recv, count, datatype, ncclSum, root, ++calls_},
-             &Comm::localBroadcast, small ? &Comm::smallBroadcastAcrossNodes : &Comm::broadcastAcrossNodes, small);
-}
-
-void Comm::allGather(const void* send, void* recv, size_t sendCount, ncclDataType_t datatype) {
-  const bool small = sendCount * datatypeSize(datatype) * size_ <= kOneShotMaxBytes && spansNodes();
-  collective({CallKind::AllGather, send, recv, sendCount, datatype, ncclSum, 0, ++calls_},
-             &Comm::localAllGather, small ? &Comm::smallAllGatherAcrossNodes : &Comm::allGatherAcrossNodes, small);
-}
-
-void Comm::reduceScatter(const void* send, void* recv, size_t recvCount, ncclDataType_t datatype,
-                         ncclRedOp_t op) {
-  const bool small = recvCount * datatypeSize(datatype) * size_ <= kOneShotMaxBytes && spansNodes();
-  collective({CallKind::ReduceScatter, send, recv, recvCount, datatype, op, 0, ++calls_},
-             &Comm::localReduceScatter, small ? &Comm::smallReduceScatterAcrossNodes : &Comm::reduceScatterAcrossNodes,
-             small);
-}
-
-void Comm::reduce(const void* send, void* recv, size_t count, ncclDataType_t datatype,
-                  ncclRedOp_t op, int root) {
-  collective({CallKind::Reduce, send, recv, count, datatype, op, root, ++calls_}, &Comm::localReduce,
-             &Comm::reduceAcrossNodes);
 }
 
 void Comm::transfer(const std::vector<PointToPoint>& batch, Exchange exchange) {
@@ -379,14 +310,14 @@ void Comm::transfer(const std::vector<PointToPoint>& batch, Exchange exchange) {
   const bool collective = exchange == Exchange::Collective;
   const uint64_t exchangeCall = collective ? ++calls_ : 0;
   for (const auto& request : batch) {
-    if (request.peer < 0 || request.peer >= size_)
+    if (request.peer < 0 || request.peer >= topology_.size)
       fail(ncclInvalidArgument, "peer " + std::to_string(request.peer) + " is outside 0.." +
-                                    std::to_string(size_ - 1));
+                                    std::to_string(topology_.size - 1));
     if (datatypeSize(request.datatype) == 0)
       fail(ncclInvalidArgument, "unknown datatype " + std::to_string(request.datatype));
     if (request.count > 0 && request.buffer == nullptr)
       fail(ncclInvalidArgument, "a buffer pointer is NULL");
-    const bool here = nodeOfRank_[request.peer] == node_;
+    const bool here = topology_.onOurNode(request.peer);
     (here ? transfers : remote)
         .push_back({request.isSend, here ? shm_->indexOf(request.peer) : request.peer, request.buffer,
                     request.count, request.datatype, collective ? exchangeCall : ++calls_});
@@ -403,8 +334,7 @@ void Comm::transfer(const std::vector<PointToPoint>& batch, Exchange exchange) {
     // past them it then goes rank to rank.
     if (collective && spansNodes()) {
       const Call call{CallKind::AllToAll, nullptr, nullptr, 0, batch[0].datatype, ncclSum, 0, exchangeCall};
-      if (allToAllTakesFrames()) return allToAllAcrossNodes(transfers, remote, call, what);
-      agreeAcrossNodes(call);
+      if (hierarchy_->allToAll(transfers, remote, call, what)) return;
     }
     // Sends within the node are buffered and never wait for the network, so
     // they go first; then the messages between nodes, even after a message
@@ -416,7 +346,7 @@ void Comm::transfer(const std::vector<PointToPoint>& batch, Exchange exchange) {
     } catch (const MismatchError& error) {
       mismatch = error.what();
     }
-    if (!remote.empty()) runRemoteTransfers(*fabric_, rank_, remote, what, collective);
+    if (!remote.empty()) runRemoteTransfers(*fabric_, topology_.rank, remote, what, collective);
     if (!mismatch.empty()) throw MismatchError(mismatch);
   });
 }
@@ -424,7 +354,7 @@ void Comm::transfer(const std::vector<PointToPoint>& batch, Exchange exchange) {
 int Comm::receiveFromAny(void* buffer, size_t count, ncclDataType_t datatype) {
   if (spansNodes())
     fail(ncclInvalidUsage, "a receive from any rank works within one node, and this communicator "
-                           "spans " + std::to_string(nodes_.size()) + " nodes: pass the source rank");
+                           "spans " + std::to_string(topology_.nodes.size()) + " nodes: pass the source rank");
   if (datatypeSize(datatype) == 0)
     fail(ncclInvalidArgument, "unknown datatype " + std::to_string(datatype));
   if (count > 0 && buffer == nullptr) fail(ncclInvalidArgument, "a buffer pointer is NULL");
@@ -440,7 +370,7 @@ int Comm::receiveFromAny(void* buffer, size_t count, ncclDataType_t datatype) {
 // point-to-point in the process a benchmark measures libmojoccl in.
 void Comm::wireSendRecv(const void* send, int to, void* recv, int from, size_t bytes) {
   for (int peer : {to, from})
-    if (!spansNodes() || peer < 0 || peer >= size_ || nodeOfRank_[peer] == node_)
+    if (!spansNodes() || peer < 0 || peer >= topology_.size || topology_.onOurNode(peer))
       fail(ncclInvalidUsage, "mojocclWireSendRecv: rank " + std::to_string(peer) +
                                  " is not a rank of this communicator on another node");
   if (bytes > 0 && (send == nullptr || recv == nullptr)) fail(ncclInvalidArgument, "a buffer pointer is NULL");

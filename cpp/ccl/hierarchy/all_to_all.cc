@@ -1,30 +1,18 @@
-// The all-to-all between nodes, in one exchange between the nodes' leaders
-// where it is small. The node's ranks first compare their calls in one step
-// in shared memory, each with its counts and, where they fit its slot, its
-// sends in that step's slot. The leaders then exchange frames, as for every
-// collective between nodes: every rank learns whether all ranks issued the
-// call, and a node whose ranks send little to other nodes
-// (kOneShotMaxBytes in all) sends it inside its frames. A node that sends
-// more sends rank to rank on the fabric after them. Each node chooses for
-// itself and its frames say which, so no rank needs another node's counts
-// in advance. Each leader hands its node the verdict and what came in
-// frames in one broadcast.
 #include <algorithm>
 #include <cstring>
 #include <memory>
 
-#include "algorithms/step.h"
-#include "comm.h"
-#include "datatypes.h"
-#include "error.h"
-#include "node_frames.h"
+#include "all_to_all.h"
+
+#include "../datatypes.h"
+#include "../error.h"
 
 namespace mojoccl {
 
 namespace {
 
 // A rank's slot in the node's step: whether its sends follow, its call's
-// number (for a mismatch's message), its counts (a row of AllToAllCounts),
+// number (for a mismatch's message), its counts (a row of Counts),
 // then its sends to every other rank, by rank.
 struct SlotHeader {
   uint64_t sendsFollow;
@@ -47,13 +35,13 @@ size_t roundUp(size_t value, size_t multiple) { return (value + multiple - 1) / 
 // Each local rank's counts in elements, read from its slot: its sends to
 // every rank, then its receives from every rank; where each send begins in
 // its slot; its call's number.
-struct Comm::AllToAllCounts {
+struct AllToAllAcrossNodes::Counts {
   std::vector<uint64_t> rows;
   std::vector<size_t> sendsAt;
   std::vector<uint64_t> sequences;
   size_t size;
 
-  AllToAllCounts(size_t localRanks, size_t ranks)
+  Counts(size_t localRanks, size_t ranks)
       : rows(localRanks * 2 * ranks), sendsAt(localRanks * ranks), sequences(localRanks), size(ranks) {}
   uint64_t send(size_t local, int to) const { return rows[local * 2 * size + to]; }
   uint64_t receive(size_t local, int from) const { return rows[local * 2 * size + size + from]; }
@@ -71,12 +59,10 @@ struct Comm::AllToAllCounts {
   }
 };
 
-// Whether an all-to-all takes the frames (else it agrees, then goes rank to
-// rank): the same answer on every rank, from the communicator's shape.
-bool Comm::allToAllTakesFrames() const {
-  if (static_cast<int>(nodes_.size()) > directNodes_ || slotBytesFor(size_, 0) > shm_->slotBytes()) return false;
-  for (const auto& node : nodes_)
-    if ((size_ - node.size()) * node.size() * sizeof(uint64_t) > kHandedTablesMax) return false;
+bool AllToAllAcrossNodes::takesFrames() const {
+  if (!network_.direct(topology_) || slotBytesFor(topology_.size, 0) > node_.shm().slotBytes()) return false;
+  for (const auto& node : topology_.nodes)
+    if ((topology_.size - node.size()) * node.size() * sizeof(uint64_t) > kHandedTablesMax) return false;
   return true;
 }
 
@@ -86,14 +72,14 @@ bool Comm::allToAllTakesFrames() const {
 // place already); a byte per node, whether its sends came in its frames;
 // for each other node in node order, the counts its frame says its ranks
 // send to ours (by its rank, then ours); then, where our ranks expect
-// kOneShotMaxBytes or less from other nodes, what came in frames, laid out
+// kFramedMaxBytes or less from other nodes, what came in frames, laid out
 // by those expected counts (by sending node, its rank, our rank).
-struct Comm::AllToAllHandout {
+struct AllToAllAcrossNodes::Handout {
   std::vector<char> bytes;
   std::vector<size_t> tableAt;  // by node
   size_t dataAt;
 
-  AllToAllHandout(const std::vector<std::vector<int>>& nodes, int ours, size_t dataBytes) {
+  Handout(const std::vector<std::vector<int>>& nodes, int ours, size_t dataBytes) {
     size_t at = roundUp(kVerdictBytes + nodes.size(), sizeof(uint64_t));
     for (size_t node = 0; node < nodes.size(); ++node) {
       tableAt.push_back(at);
@@ -109,66 +95,64 @@ struct Comm::AllToAllHandout {
 
 // Our node's sends travel in its leader's frames when they are few and each
 // frame, with its flag and table of counts, fits the room a leader has for one.
-bool Comm::sendsFitInFrames(const AllToAllCounts& counts, size_t element) const {
+bool AllToAllAcrossNodes::sendsFitInFrames(const Counts& counts, size_t element) const {
   size_t total = 0;
-  for (size_t node = 0; node < nodes_.size(); ++node) {
-    if (static_cast<int>(node) == node_) continue;
+  for (size_t node = 0; node < topology_.nodes.size(); ++node) {
+    if (static_cast<int>(node) == topology_.node) continue;
     size_t bytes = 0;
-    for (size_t s = 0; s < nodes_[node_].size(); ++s)
-      for (int d : nodes_[node]) bytes += counts.send(s, d) * element;
-    const size_t table = nodes_[node_].size() * nodes_[node].size() * sizeof(uint64_t);
+    for (size_t s = 0; s < topology_.nodes[topology_.node].size(); ++s)
+      for (int d : topology_.nodes[node]) bytes += counts.send(s, d) * element;
+    const size_t table = topology_.nodes[topology_.node].size() * topology_.nodes[node].size() * sizeof(uint64_t);
     if (sizeof(uint64_t) + table + bytes > kFrameRoom - sizeof(NodeReport)) return false;
     total += bytes;
   }
-  return total <= kOneShotMaxBytes;
+  return total <= kFramedMaxBytes;
 }
 
-void Comm::allToAllAcrossNodes(const std::vector<Transfer>& withinNode, const std::vector<Transfer>& remote,
+void AllToAllAcrossNodes::run(const std::vector<Transfer>& withinNode, const std::vector<Transfer>& remote,
                                const Call& call, const std::string& what) {
   const size_t element = datatypeSize(call.datatype);
-  const size_t localRanks = nodes_[node_].size();
+  const size_t localRanks = topology_.nodes[topology_.node].size();
   // ncclAllToAllv gives every peer a send and a receive (of any count, 0 included).
-  std::vector<const Transfer*> sendTo(size_), receiveFrom(size_);
+  std::vector<const Transfer*> sendTo(topology_.size), receiveFrom(topology_.size);
   for (const Transfer& transfer : remote) (transfer.isSend ? sendTo : receiveFrom)[transfer.peer] = &transfer;
   for (const Transfer& transfer : withinNode)
-    (transfer.isSend ? sendTo : receiveFrom)[nodes_[node_][transfer.peer]] = &transfer;
+    (transfer.isSend ? sendTo : receiveFrom)[topology_.nodes[topology_.node][transfer.peer]] = &transfer;
 
-  AllToAllCounts counts(localRanks, size_);
+  Counts counts(localRanks, topology_.size);
   std::string mismatch;
   bool agreed = false, inSlots = false, inFrames = false;
   size_t expected = 0;  // the bytes our node's ranks expect from other nodes
-  std::unique_ptr<AllToAllHandout> handout;
+  std::unique_ptr<Handout> handout;
   {
-    Step step(*shm_, rounds_, call);
-    writeAllToAllSlot(step.mine(), sendTo, receiveFrom, call);
+    Step step(node_.shm(), node_.rounds(), call);
+    writeSlot(step.mine(), sendTo, receiveFrom, call);
     step.publishAndAwait();
-    agreed = reportInFrame(call, step.disagreement());
+    agreed = frames_.report(call, step.disagreement());
     if (agreed) {
       inSlots = true;
       for (size_t s = 0; s < localRanks; ++s) {
         const char* slot = step.of(static_cast<int>(s));
         inSlots &= reinterpret_cast<const SlotHeader*>(slot)->sendsFollow != 0;
-        counts.read(s, nodes_[node_][s], slot, element);
+        counts.read(s, topology_.nodes[topology_.node][s], slot, element);
       }
       inFrames = inSlots && sendsFitInFrames(counts, element);
-      for (size_t node = 0; node < nodes_.size(); ++node)
-        if (static_cast<int>(node) != node_)
+      for (size_t node = 0; node < topology_.nodes.size(); ++node)
+        if (static_cast<int>(node) != topology_.node)
           for (size_t d = 0; d < localRanks; ++d)
-            for (int s : nodes_[node]) expected += counts.receive(d, s) * element;
+            for (int s : topology_.nodes[node]) expected += counts.receive(d, s) * element;
       if (inSlots) mismatch = takeLocalPartsFromSlots(step, counts, sendTo, receiveFrom, call);
     }
-    handout = std::make_unique<AllToAllHandout>(nodes_, node_, agreed && expected <= kOneShotMaxBytes ? expected : 0);
-    if (isLeader()) exchangeAllToAllFrames(call, step, counts, inFrames, *handout);
+    handout = std::make_unique<Handout>(topology_.nodes, topology_.node, agreed && expected <= kFramedMaxBytes ? expected : 0);
+    if (topology_.isLeader()) exchangeFrames(call, step, counts, inFrames, *handout);
   }  // the node's slots are free again
-  if (isLeader() && handout->bytes.size() > handout->dataAt)
+  if (topology_.isLeader() && handout->bytes.size() > handout->dataAt)
     packFromFrames(call, counts, *handout, handout->bytes.data() + handout->dataAt, /*compact=*/false);
-  localBroadcast({CallKind::Broadcast, handout->bytes.data(), handout->bytes.data(), handout->bytes.size(), ncclInt8,
-                  ncclSum, leader(), call.sequence});
-  if (handout->disagreement()[0] != '\0') throw MismatchError(handout->disagreement());
+  frames_.handOut(call, handout->bytes.data(), handout->bytes.size());
 
   if (!inSlots) {
     try {
-      runTransfers(*shm_, withinNode);
+      runTransfers(node_.shm(), withinNode);
     } catch (const MismatchError& error) {
       mismatch = error.what();
     }
@@ -177,16 +161,15 @@ void Comm::allToAllAcrossNodes(const std::vector<Transfer>& withinNode, const st
   // from other nodes than rides along, in a broadcast of its own of just the
   // parts that came in frames at the counts expected.
   bool anyInFrames = false;
-  for (size_t node = 0; node < nodes_.size(); ++node) anyInFrames |= handout->sentInFrames(node) != 0;
+  for (size_t node = 0; node < topology_.nodes.size(); ++node) anyInFrames |= handout->sentInFrames(node) != 0;
   if (anyInFrames) {
     const bool compact = handout->bytes.size() == handout->dataAt;
     const char* data = handout->bytes.data() + handout->dataAt;
     std::vector<char> separate;
     if (compact) {
       separate.resize(forEachPartFromNodes(counts, *handout, element, true, [](auto...) {}));
-      if (isLeader()) packFromFrames(call, counts, *handout, separate.data(), compact);
-      localBroadcast({CallKind::Broadcast, separate.data(), separate.data(), separate.size(), ncclInt8, ncclSum,
-                      leader(), call.sequence});
+      if (topology_.isLeader()) packFromFrames(call, counts, *handout, separate.data(), compact);
+      node_.broadcastBytes(call, separate.data(), separate.size(), topology_.leader());
       data = separate.data();
     }
     const std::string problem = takePartsFromFrames(call, counts, *handout, data, compact, receiveFrom);
@@ -196,9 +179,9 @@ void Comm::allToAllAcrossNodes(const std::vector<Transfer>& withinNode, const st
   // frames, and the receives from nodes whose sends did not.
   std::vector<Transfer> direct;
   for (const Transfer& transfer : remote)
-    if (transfer.isSend ? !inFrames : !handout->sentInFrames(nodeOfRank_[transfer.peer])) direct.push_back(transfer);
+    if (transfer.isSend ? !inFrames : !handout->sentInFrames(topology_.nodeOfRank[transfer.peer])) direct.push_back(transfer);
   try {
-    if (!direct.empty()) runRemoteTransfers(*fabric_, rank_, direct, what, /*collective=*/true);
+    if (!direct.empty()) runRemoteTransfers(network_.fabric, topology_.rank, direct, what, /*collective=*/true);
   } catch (const MismatchError& error) {
     if (mismatch.empty()) mismatch = error.what();
   }
@@ -208,25 +191,25 @@ void Comm::allToAllAcrossNodes(const std::vector<Transfer>& withinNode, const st
 // Our counts, and our sends where they may go in frames (those to other
 // nodes are small) and all of them fit the slot: a large all-to-all would
 // only pay one more copy of its data.
-void Comm::writeAllToAllSlot(char* slot, const std::vector<const Transfer*>& sendTo,
+void AllToAllAcrossNodes::writeSlot(char* slot, const std::vector<const Transfer*>& sendTo,
                              const std::vector<const Transfer*>& receiveFrom, const Call& call) const {
   const size_t element = datatypeSize(call.datatype);
   size_t sendBytes = 0, toOtherNodes = 0;
-  for (int d = 0; d < size_; ++d)
-    if (d != rank_ && sendTo[d] != nullptr) {
+  for (int d = 0; d < topology_.size; ++d)
+    if (d != topology_.rank && sendTo[d] != nullptr) {
       sendBytes += sendTo[d]->count * element;
-      if (nodeOfRank_[d] != node_) toOtherNodes += sendTo[d]->count * element;
+      if (topology_.nodeOfRank[d] != topology_.node) toOtherNodes += sendTo[d]->count * element;
     }
-  const bool follow = toOtherNodes <= kOneShotMaxBytes && slotBytesFor(size_, sendBytes) <= shm_->slotBytes();
+  const bool follow = toOtherNodes <= kFramedMaxBytes && slotBytesFor(topology_.size, sendBytes) <= node_.shm().slotBytes();
   *reinterpret_cast<SlotHeader*>(slot) = {follow, call.sequence};
   auto* row = reinterpret_cast<uint64_t*>(slot + sizeof(SlotHeader));
-  for (int peer = 0; peer < size_; ++peer) {
+  for (int peer = 0; peer < topology_.size; ++peer) {
     row[peer] = sendTo[peer] != nullptr ? sendTo[peer]->count : 0;
-    row[size_ + peer] = receiveFrom[peer] != nullptr ? receiveFrom[peer]->count : 0;
+    row[topology_.size + peer] = receiveFrom[peer] != nullptr ? receiveFrom[peer]->count : 0;
   }
-  char* at = slot + slotBytesFor(size_, 0);
-  for (int d = 0; follow && d < size_; ++d)
-    if (d != rank_ && sendTo[d] != nullptr) {
+  char* at = slot + slotBytesFor(topology_.size, 0);
+  for (int d = 0; follow && d < topology_.size; ++d)
+    if (d != topology_.rank && sendTo[d] != nullptr) {
       std::memcpy(at, sendTo[d]->buffer, sendTo[d]->count * element);
       at += sendTo[d]->count * element;
     }
@@ -234,22 +217,22 @@ void Comm::writeAllToAllSlot(char* slot, const std::vector<const Transfer*>& sen
 
 // Our parts from the node's ranks (ourselves included), straight from their
 // slots; the first whose count is not the one we expect is named.
-std::string Comm::takeLocalPartsFromSlots(const Step& step, const AllToAllCounts& counts,
+std::string AllToAllAcrossNodes::takeLocalPartsFromSlots(const Step& step, const Counts& counts,
                                           const std::vector<const Transfer*>& sendTo,
                                           const std::vector<const Transfer*>& receiveFrom, const Call& call) const {
   const size_t element = datatypeSize(call.datatype);
   std::string mismatch;
-  for (size_t s = 0; s < nodes_[node_].size(); ++s) {
-    const int sender = nodes_[node_][s];
+  for (size_t s = 0; s < topology_.nodes[topology_.node].size(); ++s) {
+    const int sender = topology_.nodes[topology_.node][s];
     const Transfer& receive = *receiveFrom[sender];
-    const uint64_t sent = counts.send(s, rank_);
+    const uint64_t sent = counts.send(s, topology_.rank);
     if (sent != receive.count) {
       if (mismatch.empty())
-        mismatch = transferMismatch(sender, sent, call.datatype, counts.sequences[s], rank_, receive);
+        mismatch = transferMismatch(sender, sent, call.datatype, counts.sequences[s], topology_.rank, receive);
       continue;
     }
-    const char* from = sender == rank_ ? static_cast<const char*>(sendTo[rank_]->buffer)
-                                       : step.of(static_cast<int>(s)) + counts.sendAt(s, rank_);
+    const char* from = sender == topology_.rank ? static_cast<const char*>(sendTo[topology_.rank]->buffer)
+                                       : step.of(static_cast<int>(s)) + counts.sendAt(s, topology_.rank);
     std::memmove(receive.buffer, from, sent * element);
   }
   return mismatch;
@@ -259,23 +242,23 @@ std::string Comm::takeLocalPartsFromSlots(const Step& step, const AllToAllCounts
 // whether our sends come in it, and if so their counts and data, by our
 // sending rank, then their receiving rank), then from the frames received
 // the verdict, which nodes sent in frames, and their counts to our ranks.
-void Comm::exchangeAllToAllFrames(const Call& call, const Step& step, const AllToAllCounts& counts, bool inFrames,
-                                  AllToAllHandout& handout) {
-  const size_t nodes = nodes_.size(), localRanks = nodes_[node_].size();
+void AllToAllAcrossNodes::exchangeFrames(const Call& call, const Step& step, const Counts& counts, bool inFrames,
+                                  Handout& handout) {
+  const size_t nodes = topology_.nodes.size(), localRanks = topology_.nodes[topology_.node].size();
   const size_t element = datatypeSize(call.datatype);
-  copyText(handout.disagreement(), sendOwnFrames(call, [&](size_t node, char* payload) {
+  copyText(handout.disagreement(), frames_.sendOwn(call, [&](size_t node, char* payload) {
     char* at = payload;
-    const uint64_t flag = inFrames && static_cast<int>(node) != node_;
+    const uint64_t flag = inFrames && static_cast<int>(node) != topology_.node;
     std::memcpy(at, &flag, sizeof(flag));
     at += sizeof(flag);
     for (size_t s = 0; flag && s < localRanks; ++s)
-      for (int d : nodes_[node]) {
+      for (int d : topology_.nodes[node]) {
         const uint64_t count = counts.send(s, d);
         std::memcpy(at, &count, sizeof(count));
         at += sizeof(count);
       }
     for (size_t s = 0; flag && s < localRanks; ++s)
-      for (int d : nodes_[node]) {
+      for (int d : topology_.nodes[node]) {
         const size_t bytes = counts.send(s, d) * element;
         std::memcpy(at, step.of(static_cast<int>(s)) + counts.sendAt(s, d), bytes);
         at += bytes;
@@ -284,13 +267,13 @@ void Comm::exchangeAllToAllFrames(const Call& call, const Step& step, const AllT
   }));
   if (handout.disagreement()[0] != '\0') return;
   for (size_t node = 0; node < nodes; ++node) {
-    if (static_cast<int>(node) == node_) continue;
+    if (static_cast<int>(node) == topology_.node) continue;
     uint64_t flag = 0;
-    std::memcpy(&flag, payloadOf(frame(node)), sizeof(flag));
+    std::memcpy(&flag, payloadOf(frames_.frame(node)), sizeof(flag));
     handout.sentInFrames(node) = flag != 0;
     if (flag)
-      std::memcpy(handout.table(node), payloadOf(frame(node)) + sizeof(flag),
-                  nodes_[node].size() * localRanks * sizeof(uint64_t));
+      std::memcpy(handout.table(node), payloadOf(frames_.frame(node)) + sizeof(flag),
+                  topology_.nodes[node].size() * localRanks * sizeof(uint64_t));
   }
 }
 
@@ -302,16 +285,16 @@ void Comm::exchangeAllToAllFrames(const Call& call, const Step& step, const AllT
 // every other node (in the handout), or `compact`: only the parts that came
 // in frames at the count expected (in a broadcast of their own).
 template <typename Visit>
-size_t Comm::forEachPartFromNodes(const AllToAllCounts& counts, AllToAllHandout& handout, size_t element,
+size_t AllToAllAcrossNodes::forEachPartFromNodes(const Counts& counts, Handout& handout, size_t element,
                                   bool compact, Visit visit) const {
-  const size_t localRanks = nodes_[node_].size();
+  const size_t localRanks = topology_.nodes[topology_.node].size();
   size_t placed = 0;
-  for (size_t node = 0; node < nodes_.size(); ++node) {
-    if (static_cast<int>(node) == node_) continue;
+  for (size_t node = 0; node < topology_.nodes.size(); ++node) {
+    if (static_cast<int>(node) == topology_.node) continue;
     size_t inFrame = 0;
-    for (size_t s = 0; s < nodes_[node].size(); ++s)
+    for (size_t s = 0; s < topology_.nodes[node].size(); ++s)
       for (size_t d = 0; d < localRanks; ++d) {
-        const int sender = nodes_[node][s];
+        const int sender = topology_.nodes[node][s];
         const uint64_t sent = handout.sentInFrames(node) ? handout.table(node)[s * localRanks + d] : 0;
         const uint64_t expected = counts.receive(d, sender);
         visit(node, sender, d, sent, inFrame, placed);
@@ -324,34 +307,34 @@ size_t Comm::forEachPartFromNodes(const AllToAllCounts& counts, AllToAllHandout&
 
 // At the leader: the parts that came in frames at the counts our ranks
 // expect (one of another count is left out, and named by its receiver).
-void Comm::packFromFrames(const Call& call, const AllToAllCounts& counts, AllToAllHandout& handout, char* into,
+void AllToAllAcrossNodes::packFromFrames(const Call& call, const Counts& counts, Handout& handout, char* into,
                           bool compact) {
   const size_t element = datatypeSize(call.datatype);
-  const size_t localRanks = nodes_[node_].size();
+  const size_t localRanks = topology_.nodes[topology_.node].size();
   forEachPartFromNodes(counts, handout, element, compact,
                        [&](size_t node, int sender, size_t d, uint64_t sent, size_t inFrame, size_t placed) {
                          if (sent == 0 || sent != counts.receive(d, sender)) return;
-                         const size_t table = nodes_[node].size() * localRanks * sizeof(uint64_t);
-                         std::memcpy(into + placed, payloadOf(frame(node)) + sizeof(uint64_t) + table + inFrame,
+                         const size_t table = topology_.nodes[node].size() * localRanks * sizeof(uint64_t);
+                         std::memcpy(into + placed, payloadOf(frames_.frame(node)) + sizeof(uint64_t) + table + inFrame,
                                      sent * element);
                        });
 }
 
 // Our parts from the nodes that sent in frames, out of `data` (laid out by
 // packFromFrames); the first whose count is not the one we expect is named.
-std::string Comm::takePartsFromFrames(const Call& call, const AllToAllCounts& counts, AllToAllHandout& handout,
+std::string AllToAllAcrossNodes::takePartsFromFrames(const Call& call, const Counts& counts, Handout& handout,
                                       const char* data, bool compact,
                                       const std::vector<const Transfer*>& receiveFrom) const {
   const size_t element = datatypeSize(call.datatype);
   std::string mismatch;
   forEachPartFromNodes(counts, handout, element, compact,
                        [&](size_t node, int sender, size_t d, uint64_t sent, size_t, size_t placed) {
-                         if (static_cast<int>(d) != localIndex_ || !handout.sentInFrames(node)) return;
+                         if (static_cast<int>(d) != topology_.localIndex || !handout.sentInFrames(node)) return;
                          const Transfer& receive = *receiveFrom[sender];
                          if (sent == receive.count)
                            std::memcpy(receive.buffer, data + placed, sent * element);
                          else if (mismatch.empty())  // the sender's call number is not in its frame
-                           mismatch = transferMismatch(sender, sent, call.datatype, 0, rank_, receive);
+                           mismatch = transferMismatch(sender, sent, call.datatype, 0, topology_.rank, receive);
                        });
   return mismatch;
 }
