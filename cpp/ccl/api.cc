@@ -120,14 +120,21 @@ bool onDevice(Comm& comm, ncclStream_t stream, const mojoccl::Call& call) {
 }
 
 // `body` runs on host views of the call's buffers (the buffers themselves
-// for host memory, a NULL stream).
-ncclResult_t collective(ncclComm_t comm, ncclStream_t stream,
-                        std::function<void(Comm&, DeviceStaging&)> body) {
-  return enqueue(comm, QueuedCall{nullptr, [stream, body](Comm& c) {
-                                    DeviceStaging staging(stream);
-                                    body(c, staging);
-                                    staging.finish();
-                                  }, {}});
+// for host memory, a NULL stream). Outside a group it runs at once, on the
+// caller's thread, with no copy of it: the process group has already queued
+// the call once, on its own worker. Only a group keeps it, until ncclGroupEnd.
+template <typename Body>
+ncclResult_t collective(ncclComm_t comm, ncclStream_t stream, const Body& body) {
+  auto staged = [stream, body](Comm& c) {
+    DeviceStaging staging(stream);
+    body(c, staging);
+    staging.finish();
+  };
+  if (comm == nullptr || groupDepth > 0) return enqueue(comm, QueuedCall{nullptr, staged, {}});
+  return guarded([&] {
+    ActiveCall active(comm->impl);
+    staged(comm->impl);
+  });
 }
 
 ncclResult_t pointToPoint(ncclComm_t comm, ncclStream_t stream, Comm::PointToPoint transfer) {
