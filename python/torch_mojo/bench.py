@@ -49,17 +49,17 @@ elements of a checked run that differ from the expected result.
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime
 import os
 import statistics
 import sys
 import time
 
+from torch_mojo.bench_model import print_model
+from torch_mojo.bench_report import COLLECTIVES, human, print_table, write_csv, write_outputs
 from torch_mojo.bench_runners import (LibraryRunner, MpiRunner, PointToPointRunner, TorchRunner, WireRunner,
                                       group_across_nodes)
 
-COLLECTIVES = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"]
 DEFAULT_SIZES = "8,64,512,4K,32K,256K,1M,4M,16M,64M,256M"
 BUS_FACTOR = {
     "all_reduce": lambda n: 2 * (n - 1) / n,
@@ -74,13 +74,6 @@ def parse_size(text: str) -> int:
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     text = text.strip().upper().removesuffix("B").removesuffix("I")
     return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
-
-
-def human(size: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if size >= scale:
-            return f"{size // scale} {unit}"
-    return f"{size} B"
 
 
 # ------------------------------------------------------------ measuring
@@ -200,75 +193,6 @@ def ddp_steps(rank, world, gloo, repeats=5, steps=10):
     return {name: statistics.median(values) for name, values in rates.items()}
 
 
-# ------------------------------------------------------------ reporting
-
-def _write_csv(rows, path):
-    with open(path, "w", newline="") as file:
-        writer = csv.DictWriter(file, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-
-
-def _pyplot(path):
-    """matplotlib's pyplot, drawing to files; None (said so) where it is not installed."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print(f"# matplotlib is not installed: no {path}", flush=True)
-        return None
-    return plt
-
-
-def write_outputs(rows, prefix, world):
-    _write_csv(rows, prefix + ".csv")
-    plt = _pyplot(prefix + ".png")
-    if plt is None:
-        return
-    collectives = sorted({row["collective"] for row in rows}, key=COLLECTIVES.index)
-    figure, axes = plt.subplots(1, len(collectives), figsize=(4.2 * len(collectives), 3.6), squeeze=False)
-    for axis, collective in zip(axes[0], collectives):
-        for backend in dict.fromkeys(row["backend"] for row in rows):
-            points = [(row["size_bytes"], row["busbw_GBps"]) for row in rows
-                      if row["collective"] == collective and row["backend"] == backend]
-            if points:
-                axis.plot(*zip(*points), marker="o", label=backend)
-        axis.set_xscale("log", base=2)
-        axis.set_title(f"{collective}, {world} ranks")
-        axis.set_xlabel("size (bytes)")
-        axis.set_ylabel("busbw (GB/s)")
-        axis.grid(True, alpha=0.3)
-    axes[0][0].legend()
-    figure.tight_layout()
-    figure.savefig(prefix + ".png", dpi=110)
-
-
-def print_table(collective, sizes, results, backends, world):
-    baselines = [name for name in ("gloo", "mpi", "p2p", "wire") if name in backends]
-    header = f"{'size':>9} {'count':>10} {'type':>7} {'redop':>5}"
-    for name in backends:
-        header += f" | {name:>8}: {'time(us)':>9} {'busbw':>7} {'#wrong':>6}"
-    for base in baselines:
-        for name in backends:
-            if name not in baselines:
-                header += f" | {name}/{base:<4}"
-    print(f"\n# {collective}, {world} ranks, float32; busbw in GB/s")
-    print(header)
-    for size in sizes:
-        line = f"{size:>9} {size // 4:>10} {'float':>7} {'sum' if 'reduce' in collective else 'none':>5}"
-        for name in backends:
-            seconds, busbw, wrong = results[(name, size)]
-            line += f" | {'':>8}  {seconds * 1e6:>9.1f} {busbw:>7.2f} {wrong:>6}"
-        for base in baselines:
-            for name in backends:
-                if name not in baselines:
-                    ratio = results[(name, size)][1] / max(results[(base, size)][1], 1e-12)
-                    line += f" | {ratio:>{len(name) + len(base) + 1}.1f}x"
-        print(line, flush=True)
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="torch-mojo bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -327,7 +251,7 @@ def main(argv=None):
             for row in rows:
                 print(f"{human(row['size_bytes']):>10} {row['kernel']:>12} {row['GBps_per_rank']:>14.1f} "
                       f"{row['GBps_all_ranks']:>15.1f}")
-            _write_csv(rows, args.output + "-kernels.csv")
+            write_csv(rows, args.output + "-kernels.csv")
         dist.destroy_process_group()
         return
     if args.ddp:
@@ -336,7 +260,7 @@ def main(argv=None):
             print(f"\n# DDP, MLP 1024-4096-1024, batch 64, {world} ranks: steps/s (median of 5 x 10 steps)")
             for name, rate in rates.items():
                 print(f"{name:>10}: {rate:6.2f} steps/s  ({rate / rates['gloo']:.2f}x gloo)")
-            _write_csv([{"setup": name, "ranks": world, "steps_per_s": round(rate, 2)} for name, rate in rates.items()],
+            write_csv([{"setup": name, "ranks": world, "steps_per_s": round(rate, 2)} for name, rate in rates.items()],
                        args.output + "-ddp.csv")
         dist.destroy_process_group()
         return
@@ -390,72 +314,6 @@ def main(argv=None):
         write_outputs(rows, args.output, world)
         print(f"\n# wrote {args.output}.csv and {args.output}.png")
     dist.destroy_process_group()
-
-
-# Powers of two, where Rabenseifner's algorithm needs no extra steps, and
-# counts between them, where it does and the tree does not.
-MODEL_NODES = [2, 4, 6, 8, 12, 16, 32, 48, 64, 128, 256, 512, 1024]
-NETWORK_ALGORITHMS = ["ring", "recursive_doubling", "rabenseifner", "tree"]
-FRAME_BYTES = 64 << 10  # up to this, an all-reduce between nodes is one exchange of frames, outside the model
-
-
-def measured_times(paths: str) -> dict[tuple[int, int], float]:
-    """(ranks, bytes) -> microseconds of mojo+fabric all_reduce in bench .csv files."""
-    times = {}
-    for path in filter(None, paths.split(",")):
-        with open(path, newline="") as file:
-            for row in csv.DictReader(file):
-                if row["backend"] == "mojo+fabric" and row["collective"] == "all_reduce":
-                    times[(int(row["ranks"]), int(row["size_bytes"]))] = float(row["time_us"])
-    return times
-
-
-def print_model(sizes: list[int], measured_paths: str, output: str):
-    from torch_mojo.mojoccl import Library
-
-    library = Library()
-    measured = measured_times(measured_paths)
-    sizes = [size for size in sizes if size > FRAME_BYTES]
-    chosen_times = {}
-    print("# all_reduce between nodes (one leader each): the cost model's time in us per algorithm, its choice "
-          "(MOJOCCL_NET_ALGO), and what mojo+fabric measured")
-    print(f"{'nodes':>6} {'size':>6} {'ring':>10} {'rec.doubl.':>10} {'rabenseif.':>10} {'tree':>10}  {'chosen':<19} "
-          f"{'measured':>9}")
-    for nodes in MODEL_NODES:
-        for size in sizes:
-            predicted = [library.predict_all_reduce(nodes, size, name)[1] * 1e6 for name in NETWORK_ALGORITHMS]
-            chosen = library.predict_all_reduce(nodes, size)[0]
-            seen = measured.get((nodes, size))
-            chosen_times[(nodes, size)] = predicted[NETWORK_ALGORITHMS.index(chosen)]
-            columns = "".join(f"{time:>10.0f} " for time in predicted)
-            print(f"{nodes:>6} {human(size):>6} {columns} {chosen:<19} {f'{seen:.0f}' if seen is not None else '':>9}")
-    plot_model(sizes, chosen_times, measured, output + "-model.png")
-
-
-def plot_model(sizes, chosen_times, measured, path):
-    """The model's time (its chosen algorithm) against the node count, a
-    line per size, with what was measured as points of the same colour."""
-    plt = _pyplot(path)
-    if plt is None:
-        return
-    figure, axis = plt.subplots(figsize=(6.4, 4.2))
-    for size in sizes:
-        line, = axis.plot(MODEL_NODES, [chosen_times[(nodes, size)] for nodes in MODEL_NODES], marker=".",
-                          label=f"{human(size)} (model)")
-        seen = sorted((nodes, time) for (nodes, at), time in measured.items() if at == size)
-        if seen:
-            axis.plot(*zip(*seen), "o", color=line.get_color(), markersize=8, fillstyle="none",
-                      label=f"{human(size)} (measured)")
-    axis.set_xscale("log", base=2)
-    axis.set_yscale("log")
-    axis.set_xlabel("nodes (one leader each)")
-    axis.set_ylabel("all_reduce time (us)")
-    axis.set_title("all_reduce between nodes: the cost model and measurements")
-    axis.grid(True, alpha=0.3)
-    axis.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    print(f"# wrote {path}")
 
 
 def _pool():

@@ -13,7 +13,7 @@ def info() -> dict:
     """What `torch-mojo info` reports, as data (`--json` prints it)."""
     import torch
 
-    from torch_mojo import libraries
+    from torch_mojo import fabric_info, libraries
     from torch_mojo._paths import package_dir
     from torch_mojo.env import VARIABLES, review_environment
 
@@ -27,7 +27,7 @@ def info() -> dict:
     accelerator = libraries.current_accelerator()
     build = libraries.build_info()
     fabric = libraries.find_libfabric()
-    fabric_details = libraries.libfabric_details(fabric.path) if fabric.path else {}
+    fabric_details = fabric_info.libfabric_details(fabric.path) if fabric.path else {}
     review = review_environment()
     return {
         "torch_mojo": {"version": __version__, "package": package_dir()},
@@ -44,7 +44,7 @@ def info() -> dict:
         "collective_libraries": {device: libraries.with_version(lookup)
                                  for device, lookup in libraries.collective_libraries().items()},
         "libfabric": {**fabric.to_dict(), **fabric_details,
-                      "between_nodes": libraries.fabric_provider_choice(fabric_details.get("providers", []))},
+                      "between_nodes": fabric_info.fabric_provider_choice(fabric_details.get("providers", []))},
         "cache_dir": cache_dir(),
         "environment": {
             "set": review.known, "unknown": review.unknown, "invalid": review.invalid,

@@ -68,6 +68,10 @@ void forEachPiece(size_t units, size_t piece, Body body) {
 std::string waitedAcrossNodes(const std::string& what, int rank, int peer, const RankInfo& peerInfo,
                               int timeoutSeconds);
 
+// Large messages go in pieces of at most this size, so that one transfer
+// never ties up a provider's bounce buffers for long.
+constexpr size_t kMaxPiece = size_t{16} << 20;
+
 class FabricTransport {
  public:
   // Collective over `bootstrap`: every rank of the communicator opens an

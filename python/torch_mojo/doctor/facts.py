@@ -10,7 +10,7 @@ import ctypes
 import os
 import socket
 
-from torch_mojo import __version__, launcher, libraries
+from torch_mojo import __version__, fabric_info, launcher, libraries
 from torch_mojo.doctor import variables
 
 # libfabric providers that drive a fabric NIC (the others run over
@@ -119,7 +119,7 @@ def fabric_facts(local_rank: int) -> tuple[dict, dict[str, int]]:
     parameters = {}
     if lookup.path:
         try:
-            details = libraries.libfabric_details(lookup.path)
+            details = fabric_info.libfabric_details(lookup.path)
             parameters = variables.libfabric_parameters(lookup.path)
         except OSError as error:
             details = {"version": None, "providers": []}
@@ -127,7 +127,7 @@ def fabric_facts(local_rank: int) -> tuple[dict, dict[str, int]]:
         facts.update(version=details["version"], providers=details["providers"])
         facts["hardware"] = sorted({name.split(";")[0] for name in details["providers"]
                                     if name.split(";")[0] in HARDWARE_PROVIDERS})
-    choice = libraries.fabric_provider_choice(facts["providers"])
+    choice = fabric_info.fabric_provider_choice(facts["providers"])
     facts["provider"], facts["provider_source"] = choice["provider"], choice["source"]
     if lookup.path and "load_error" not in facts:
         facts["in_use"], facts["failure"] = describe_fabric(local_rank)
