@@ -17,8 +17,11 @@
 #   small: every collective from 8 B to 1 MiB between 2 nodes of 1 rank and
 #     2 nodes of 2 ranks, dist.* next to Open MPI in each run, the leaders'
 #     frames on their sockets and on the fabric (MOJOCCL_NET_FRAMES), 5
-#     rounds alternating; medians and spreads by benchmarks/rounds.py.
-# Usage: benchmarks/run.sh [output-dir] [all|one-node|between-nodes|threads|latency|small]
+#     rounds alternating; medians and spreads by benchmarks/rounds.py;
+#   deterministic: all_reduce and reduce_scatter with MOJOCCL_DETERMINISTIC=1
+#     and without, 5 rounds alternating: 2 ranks in one node (mojo) and as 2
+#     nodes (mojo+fabric), 2 nodes of 2 ranks.
+# Usage: benchmarks/run.sh [output-dir] [all|one-node|between-nodes|threads|latency|small|deterministic]
 #   (default: benchmarks/results, all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -108,12 +111,32 @@ small() {
   rm -r "$runs"
 }
 
+deterministic() {
+  local runs="$out/deterministic-runs"
+  mkdir -p "$runs"
+  for round in 1 2 3 4 5; do
+    for mode in normal deterministic; do
+      local flag=$([ $mode = deterministic ] && echo 1 || echo 0)
+      MOJOCCL_DETERMINISTIC=$flag mpirun -x MOJOCCL_DETERMINISTIC -np 2 --bind-to none "$bin/python" -m torch_mojo.bench \
+        --backends mojo,mojo+fabric --collectives all_reduce,reduce_scatter --sizes 8,64K,1M,16M \
+        --output "$runs/$mode-2-ranks-round$round" > /dev/null
+      MOJOCCL_DETERMINISTIC=$flag mpirun -x MOJOCCL_DETERMINISTIC -np 4 --oversubscribe --bind-to none \
+        "$bin/python" -m torch_mojo.bench --backends mojo+fabric --ranks-per-node 2 \
+        --collectives all_reduce,reduce_scatter --sizes 8,64K,1M,16M --output "$runs/$mode-2x2-round$round" > /dev/null
+    done
+  done
+  "$bin/python" benchmarks/rounds.py "$runs"/*.csv | tee "$out/deterministic.txt"
+  rm -r "$runs"
+}
+
 case "$part" in
-  all) one_node; between_nodes; threads; latency; small ;;
+  all) one_node; between_nodes; threads; latency; small; deterministic ;;
   one-node) one_node ;;
   between-nodes) between_nodes ;;
   threads) threads ;;
   latency) latency ;;
   small) small ;;
-  *) echo "benchmarks/run.sh: the part is all, one-node, between-nodes, threads, latency or small, not '$part'" >&2; exit 2 ;;
+  deterministic) deterministic ;;
+  *) echo "benchmarks/run.sh: the part is all, one-node, between-nodes, threads, latency, small or deterministic," \
+       "not '$part'" >&2; exit 2 ;;
 esac

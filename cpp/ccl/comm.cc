@@ -64,8 +64,25 @@ Comm::Comm(const ncclUniqueId& id, int nranks, int rank)
   shm_ = std::make_unique<ShmTransport>(bootstrap, peers, topology_.localIndex, segmentName(id, ranks[rank].hostHash),
                                         kSlotBytes, aborted_, ranksOutnumberCores());
   node_ = std::make_unique<NodeCollectives>(*shm_);
+  const bool deterministic = agreeOnDeterminism(bootstrap);
   if (topology_.nodes.size() > 1) openFabric(bootstrap);
+  if (deterministic)
+    rankOrder_ = std::make_unique<RankOrderReductions>(topology_, *node_, hierarchy_.get(), fabric_.get());
   bootstrap.close();
+}
+
+// A rank whose sums would follow another order than the others' would make
+// the ranks' steps differ: the setting fails every rank at once unless all share it.
+bool Comm::agreeOnDeterminism(Bootstrap& bootstrap) {
+  std::string setting, failure;
+  try {
+    setting = settingChoice("MOJOCCL_DETERMINISTIC");
+  } catch (const Error& error) {
+    failure = error.what();
+  }
+  bootstrap.agreeOnSuccess(failure.empty(), failure);
+  bootstrap.requireSameSetting("MOJOCCL_DETERMINISTIC", setting);
+  return setting == "1";
 }
 
 // By the real host name, not MOJOCCL_HOSTID: "nodes" of one machine share its cores.
@@ -183,6 +200,7 @@ void Comm::releaseTransports() {
   failedAtRelease_ = std::move(failed);
   rejectedAtRelease_ = rejectedBefore;
   devicePeers_.reset();
+  rankOrder_.reset();
   hierarchy_.reset();
   node_.reset();
   fabric_.reset();
@@ -257,6 +275,7 @@ void Comm::collective(const Call& call, void (NodeCollectives::*withinNode)(cons
                       void (Hierarchy::*acrossNodes)(const Call&)) {
   validate(call);
   run([&] { return call.describe() + " (call #" + std::to_string(call.sequence) + ")"; }, [&] {
+    if (rankOrder_ && rankOrder_->takes(call)) return rankOrder_->run(call);
     if (hierarchy_) return ((*hierarchy_).*acrossNodes)(call);
     ((*node_).*withinNode)(call);
   });
@@ -290,6 +309,8 @@ void Comm::reduce(const void* send, void* recv, size_t count, ncclDataType_t dat
 bool Comm::collectiveOnDevice(Call call, ncclStream_t stream) {
   // A communicator of one has no peers: its collectives are copies.
   if (!devicePeersRequested_ || topology_.size == 1) return false;
+  // The GPU kernel rounds a half type once: the rank-order sum goes through host memory.
+  if (rankOrder_ && rankOrder_->takes(call)) return false;
   call.sequence = ++calls_;
   if (!devicePeersDecided_) {
     devicePeersDecided_ = true;
@@ -336,18 +357,7 @@ void Comm::transfer(const std::vector<PointToPoint>& batch, Exchange exchange) {
       const Call call{CallKind::AllToAll, nullptr, nullptr, 0, batch[0].datatype, ncclSum, 0, exchangeCall};
       if (hierarchy_->allToAll(transfers, remote, call, what)) return;
     }
-    // Sends within the node are buffered and never wait for the network, so
-    // they go first; then the messages between nodes, even after a message
-    // within the node was of the wrong size: the other nodes' ranks wait
-    // for ours, and the communicator stays usable.
-    std::string mismatch;
-    try {
-      if (!transfers.empty()) runTransfers(*shm_, transfers);
-    } catch (const MismatchError& error) {
-      mismatch = error.what();
-    }
-    if (!remote.empty()) runRemoteTransfers(*fabric_, topology_.rank, remote, what, collective);
-    if (!mismatch.empty()) throw MismatchError(mismatch);
+    runTransfersEverywhere(*shm_, transfers, fabric_.get(), topology_.rank, remote, what, collective);
   });
 }
 

@@ -18,6 +18,7 @@
 #include "device/device_peers.h"
 #include "hierarchy/hierarchy.h"
 #include "hierarchy/node.h"
+#include "hierarchy/rank_order.h"
 #include "hierarchy/topology.h"
 #include "mojoccl/nccl.h"
 #include "transports/fabric.h"
@@ -106,6 +107,8 @@ class Comm {
   void findCoreSharers(const std::vector<RankInfo>& ranks);
   bool ranksOutnumberCores() const;  // waits must not hold a core
   void openFabric(Bootstrap& bootstrap);
+  // MOJOCCL_DETERMINISTIC, the same on every rank.
+  bool agreeOnDeterminism(Bootstrap& bootstrap);
   bool spansNodes() const { return hierarchy_ != nullptr; }
   // Checks `call`, then runs it within the node, or across nodes.
   void collective(const Call& call, void (NodeCollectives::*withinNode)(const Call&),
@@ -125,6 +128,7 @@ class Comm {
   // What runs the calls: built on the transports, released before them.
   std::unique_ptr<NodeCollectives> node_;
   std::unique_ptr<Hierarchy> hierarchy_;     // only when the communicator spans nodes
+  std::unique_ptr<RankOrderReductions> rankOrder_;  // MOJOCCL_DETERMINISTIC=1
   std::mutex transportsMutex_;               // failedRanks() may race with releaseTransports()
   std::vector<int> failedAtRelease_;
   uint64_t rejectedAtRelease_ = 0;

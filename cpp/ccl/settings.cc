@@ -30,6 +30,7 @@ const std::vector<Setting>& settings() {
       {"MOJOCCL_NET_RAILS", K::Choice, "1", 0, 0, "0,1"},
       {"MOJOCCL_ZERO_COPY", K::Choice, "1", 0, 0, "0,1"},
       {"MOJOCCL_DEVICE_PEERS", K::Choice, "0", 0, 0, "0,1"},
+      {"MOJOCCL_DETERMINISTIC", K::Choice, "0", 0, 0, "0,1"},
       {"MOJOCCL_IB_TIMEOUT_S", K::Integer, "60", 1, 86400, ""},
       {"MOJOCCL_NET", K::Choice, "fabric", 0, 0, "verbs,fabric"},
       {"MOJOCCL_FABRIC_DOMAIN", K::Text, "", 0, 0, ""},

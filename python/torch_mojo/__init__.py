@@ -23,4 +23,18 @@ def register_mojo_devices():
     register()
 
 
-__all__ = ["register_mojo_devices", "__version__"]
+def set_deterministic(enabled=True):
+    """Makes every floating-point sum, average and product of all_reduce,
+    reduce and reduce_scatter on the ``mojo`` process groups made after it
+    the rank-order one, ``((x0 + x1) + x2) + ...`` in the tensor's own
+    dtype: the same bits whatever the layout of ranks on nodes
+    (``MOJOCCL_DETERMINISTIC``, docs/reproducible.md). Call it on every
+    rank, before ``init_process_group``; ranks that differ fail at once.
+    ``torch.use_deterministic_algorithms(True)`` turns it on too, unless
+    ``MOJOCCL_DETERMINISTIC`` is set."""
+    import os
+
+    os.environ["MOJOCCL_DETERMINISTIC"] = "1" if enabled else "0"
+
+
+__all__ = ["register_mojo_devices", "set_deterministic", "__version__"]

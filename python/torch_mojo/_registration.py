@@ -1,6 +1,7 @@
 """register_mojo_devices(): the backend's registration with torch.distributed."""
 
 import atexit
+import os
 import threading
 
 from torch_mojo import launcher, libraries
@@ -25,12 +26,23 @@ def _load_core():
     return _C
 
 
+def _follow_torch_determinism():
+    """torch.use_deterministic_algorithms(True) asks for reproducible
+    results: the group's sums become the rank-order ones, unless
+    MOJOCCL_DETERMINISTIC says otherwise."""
+    import torch
+
+    if torch.are_deterministic_algorithms_enabled() and not os.environ.get("MOJOCCL_DETERMINISTIC"):
+        os.environ["MOJOCCL_DETERMINISTIC"] = "1"
+
+
 def _create_backend(backend_options, _pg_options):
     """One process group for CPU tensors and, where there is one, for the
     accelerator's: c10d makes a single backend when every device maps to
     mojo. Its communicator on the accelerator is made now, on the current
     device, with the library the guide's search order finds."""
     _C = _load_core()
+    _follow_torch_determinism()
     device = libraries.current_accelerator()
     library_path, library_kind = libraries.accelerator_library(device.type) if device else ("", "")
     return _C.ProcessGroupMojo(

@@ -267,6 +267,16 @@ VARIABLES: tuple[Variable, ...] = (
         choices=("0", "1"),
     ),
     Variable(
+        "MOJOCCL_DETERMINISTIC",
+        "0",
+        "`1`: every floating-point sum, average and product of all_reduce, reduce and "
+        "reduce_scatter is the rank-order one, ((x0 + x1) + x2) + ..., in the tensor's own "
+        "dtype, bit for bit whatever the layout of ranks on nodes (docs/reproducible.md); "
+        "every rank must set the same; `torch_mojo.set_deterministic()` and "
+        "`torch.use_deterministic_algorithms(True)` turn it on",
+        choices=("0", "1"),
+    ),
+    Variable(
         "MOJOCCL_IB_TIMEOUT_S",
         "60",
         "seconds a rank waits for a live peer on another node without progress; it then "

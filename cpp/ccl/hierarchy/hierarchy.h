@@ -43,6 +43,8 @@ class Hierarchy {
   void allGather(const Call& call);
   void reduceScatter(const Call& call);
   void reduce(const Call& call);
+  // Agreement on `call` and nothing else, for a call whose data moves afterwards.
+  void agree(const Call& call) { frames_.agree(call); }
   // `withinNode` (peers by local index) and `remote` (peers by rank): in
   // the leaders' frames, returning true, or, where the frames cannot carry
   // it, agreed on and left for the caller to run rank to rank.

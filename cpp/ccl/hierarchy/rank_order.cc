@@ -1,0 +1,135 @@
+#include "rank_order.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "../algorithms/p2p.h"
+#include "../datatypes.h"
+#include "../error.h"
+#include "../reduce.h"
+
+namespace mojoccl {
+namespace {
+
+bool isHalf(ncclDataType_t type) { return type == ncclFloat16 || type == ncclBfloat16; }
+
+}  // namespace
+
+bool RankOrderReductions::takes(const Call& call) const {
+  const bool reduces =
+      call.kind == CallKind::AllReduce || call.kind == CallKind::Reduce || call.kind == CallKind::ReduceScatter;
+  const bool floating = isHalf(call.datatype) || call.datatype == ncclFloat32 || call.datatype == ncclFloat64;
+  const bool orderMatters = call.op == ncclSum || call.op == ncclAvg || call.op == ncclProd;
+  if (!reduces || !floating || !orderMatters || topology_.size == 1) return false;
+  return hierarchy_ != nullptr || isHalf(call.datatype);
+}
+
+void RankOrderReductions::run(const Call& call) {
+  agree(call);
+  switch (call.kind) {
+    case CallKind::AllReduce: return allReduceInto(call, call.recv);
+    case CallKind::ReduceScatter: return reduceScatter(call);
+    case CallKind::Reduce: {
+      // The whole all-reduce, kept by the root.
+      Call whole = call;
+      whole.kind = CallKind::AllReduce;
+      if (topology_.rank == call.root) return allReduceInto(whole, call.recv);
+      unkept_.resize(std::max(unkept_.size(), call.count * datatypeSize(call.datatype)));
+      return allReduceInto(whole, unkept_.data());
+    }
+    default: fail(ncclInternalError, "no rank-order path for " + call.describe());
+  }
+}
+
+// Before any part moves, as every collective does: a rank in another call
+// fails every rank with MismatchError, and the parts exchanged after it
+// cannot be mistaken for another call's.
+void RankOrderReductions::agree(const Call& call) {
+  if (hierarchy_) return hierarchy_->agree(call);
+  const std::string disagreement = node_.disagreement(call);
+  if (!disagreement.empty()) throw MismatchError(disagreement);
+}
+
+char* RankOrderReductions::part(int rank) { return parts_.data() + rank * partBytes_; }
+
+void RankOrderReductions::exchangeParts(const Call& call, const std::vector<Slice>& slices) {
+  const size_t element = datatypeSize(call.datatype);
+  const int me = topology_.rank;
+  const size_t ours = slices[me].end - slices[me].begin;
+  partBytes_ = std::max<size_t>(ours * element, 1);
+  if (parts_.size() < partBytes_ * topology_.size) parts_.resize(partBytes_ * topology_.size);
+  char* send = const_cast<char*>(static_cast<const char*>(call.send));
+  // Ours too, copied: the result may overwrite the send buffer before every part is combined.
+  std::memcpy(part(me), send + slices[me].begin * element, ours * element);
+  std::vector<Transfer> withinNode, remote;
+  for (int peer = 0; peer < topology_.size; ++peer) {
+    if (peer == me) continue;
+    const bool here = topology_.onOurNode(peer);
+    const int to = here ? node_.shm().indexOf(peer) : peer;
+    auto& transfers = here ? withinNode : remote;
+    const Slice theirs = slices[peer];
+    transfers.push_back({true, to, send + theirs.begin * element, theirs.end - theirs.begin, call.datatype,
+                         call.sequence});
+    transfers.push_back({false, to, part(peer), ours, call.datatype, call.sequence});
+  }
+  runTransfersEverywhere(node_.shm(), withinNode, fabric_, me, remote, call.describe(), /*collective=*/true);
+}
+
+// In the call's type: float32 and float64 in one pass over every part (the
+// kernel adds its sources in order, in their own type); a half type one
+// addition at a time, each rounded, as torch adds two half tensors.
+void RankOrderReductions::combineParts(const Call& call, void* into, size_t count) {
+  const int ranks = topology_.size;
+  if (!isHalf(call.datatype)) {
+    std::vector<const void*> sources;
+    for (int rank = 0; rank < ranks; ++rank) sources.push_back(part(rank));
+    return reduce(into, sources.data(), ranks, count, call.datatype, call.op, ranks);
+  }
+  const ncclRedOp_t step = call.op == ncclAvg ? ncclSum : call.op;
+  const void* firstTwo[2] = {part(0), part(1)};
+  reduce(into, firstTwo, 2, count, call.datatype, step, 1);
+  for (int rank = 2; rank < ranks; ++rank) {
+    const void* next[2] = {into, part(rank)};
+    reduce(into, next, 2, count, call.datatype, step, 1);
+  }
+  if (call.op == ncclAvg) {
+    const void* sum[1] = {into};
+    reduce(into, sum, 1, count, call.datatype, ncclAvg, ranks);
+  }
+}
+
+// Rank r owns elements [r * slice, (r + 1) * slice) of the count (the last
+// ranks' slices short or empty where the ranks do not divide it); the
+// slices go round as an all-gather of `slice` elements a rank.
+void RankOrderReductions::allReduceInto(const Call& call, void* result) {
+  const size_t element = datatypeSize(call.datatype);
+  const size_t ranks = topology_.size;
+  const size_t slice = (call.count + ranks - 1) / ranks;
+  std::vector<Slice> slices;
+  for (size_t rank = 0; rank < ranks; ++rank)
+    slices.push_back({std::min(rank * slice, call.count), std::min((rank + 1) * slice, call.count)});
+  exchangeParts(call, slices);
+  if (owned_.size() < std::max<size_t>(slice * element, 1)) owned_.resize(std::max<size_t>(slice * element, 1));
+  const Slice ours = slices[topology_.rank];
+  combineParts(call, owned_.data(), ours.end - ours.begin);
+  const bool even = slice * ranks == call.count;
+  if (!even && gathered_.size() < slice * ranks * element) gathered_.resize(slice * ranks * element);
+  void* gathered = even ? result : gathered_.data();
+  const Call gather{CallKind::AllGather, owned_.data(), gathered, slice, call.datatype, ncclSum, 0, call.sequence};
+  if (hierarchy_)
+    hierarchy_->allGather(gather);
+  else
+    node_.allGather(gather);
+  if (!even) std::memcpy(result, gathered, call.count * element);
+}
+
+// Rank r owns its block: every rank's block r comes to it, rank to rank.
+void RankOrderReductions::reduceScatter(const Call& call) {
+  std::vector<Slice> slices;
+  for (size_t rank = 0; rank < static_cast<size_t>(topology_.size); ++rank)
+    slices.push_back({rank * call.count, (rank + 1) * call.count});
+  exchangeParts(call, slices);
+  combineParts(call, call.recv, call.count);
+}
+
+}  // namespace mojoccl
