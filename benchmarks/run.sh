@@ -118,11 +118,11 @@ deterministic() {
     for mode in normal deterministic; do
       local flag=$([ $mode = deterministic ] && echo 1 || echo 0)
       MOJOCCL_DETERMINISTIC=$flag mpirun -x MOJOCCL_DETERMINISTIC -np 2 --bind-to none "$bin/python" -m torch_mojo.bench \
-        --backends mojo,mojo+fabric --collectives all_reduce,reduce_scatter --sizes 8,64K,1M,16M \
+        --backends mojo,mojo+fabric --collectives all_reduce,reduce_scatter --sizes 8,4K,64K,1M,16M \
         --output "$runs/$mode-2-ranks-round$round" > /dev/null
       MOJOCCL_DETERMINISTIC=$flag mpirun -x MOJOCCL_DETERMINISTIC -np 4 --oversubscribe --bind-to none \
         "$bin/python" -m torch_mojo.bench --backends mojo+fabric --ranks-per-node 2 \
-        --collectives all_reduce,reduce_scatter --sizes 8,64K,1M,16M --output "$runs/$mode-2x2-round$round" > /dev/null
+        --collectives all_reduce,reduce_scatter --sizes 8,4K,64K,1M,16M --output "$runs/$mode-2x2-round$round" > /dev/null
     done
   done
   "$bin/python" benchmarks/rounds.py "$runs"/*.csv | tee "$out/deterministic.txt"

@@ -52,6 +52,17 @@ def test_ddp_parameters_are_the_same_bits_at_every_layout():
     assert parameters("aabb", FABRIC) != layouts[0]
 
 
+@pytest.mark.parametrize("hosts", ["aabb", "aaaa"], ids=["2 nodes of 2", "one node"])
+def test_a_rank_in_another_call_fails_every_rank(hosts):
+    # bfloat16, which takes the rank-order path on one node too; small (the
+    # all-gather in the leaders' frames) and large (exchanges rank to rank):
+    # every rank raises.
+    env = {**DETERMINISTIC, "TORCH_MOJO_BACKEND_PG_WATCHDOG": "raise"}
+    for result in run_worker("rank_order", 4, "mismatch", env=env, rank_env=on_nodes(*hosts), timeout=120):
+        errors = [line for line in result.stdout.splitlines() if line.startswith("error: ")]
+        assert len(errors) == 2 and all("collective mismatch" in line for line in errors), result.stdout
+
+
 def test_ranks_that_disagree_fail_at_once():
     results = run_worker("rank_order", 2, "check", env=FABRIC, rank_env={0: {"MOJOCCL_DETERMINISTIC": "1"}},
                          timeout=120, check=False)

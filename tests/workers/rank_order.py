@@ -11,6 +11,10 @@ Usage: rank_order.py check [env|switch|torch]   every case; prints
                                                 torch.use_deterministic_algorithms)
        rank_order.py ddp                        a few DDP steps; prints the
                                                 parameters' checksum
+       rank_order.py mismatch                   rank 0 all-reduces where the
+                                                others all-gather as many
+                                                bytes, small then large;
+                                                prints each error
 """
 
 import hashlib
@@ -92,6 +96,22 @@ def ddp():
     print(f"parameters {digest}", flush=True)
 
 
+def mismatch():
+    """The rank-order path builds on an all-gather and on exchanges rank to
+    rank: a rank in a real all-gather must not be taken for one of them."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    for count in (8, 1 << 16):
+        try:
+            if rank == 0:
+                dist.all_reduce(torch.ones(count * world, dtype=torch.bfloat16))
+            else:
+                dist.all_gather_into_tensor(torch.empty(count * world, dtype=torch.bfloat16),
+                                            torch.ones(count, dtype=torch.bfloat16))
+            print("no error", flush=True)
+        except RuntimeError as error:
+            print(f"error: {str(error).splitlines()[0]}", flush=True)
+
+
 def main():
     mode = sys.argv[1]
     how = sys.argv[2] if len(sys.argv) > 2 else "env"
@@ -101,7 +121,7 @@ def main():
         torch.use_deterministic_algorithms(True)
     torch_mojo.register_mojo_devices()
     dist.init_process_group("mojo")
-    check() if mode == "check" else ddp()
+    {"check": check, "ddp": ddp, "mismatch": mismatch}[mode]()
     dist.destroy_process_group()
 
 

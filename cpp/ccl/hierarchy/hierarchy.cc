@@ -37,7 +37,7 @@ void Hierarchy::broadcast(const Call& call) {
 
 void Hierarchy::allGather(const Call& call) {
   const size_t block = call.count * datatypeSize(call.datatype);
-  if (block * topology_.size <= kFramedMaxBytes) return allGatherInFrames(call);
+  if (block * topology_.size <= kFramedMaxBytes) return allGatherInFrames(call, call);
   frames_.agree(call);
   if (topology_.nodesAreRankRanges() && railsCarry(block)) return allGatherOnRails(call);
   allGatherThroughLeaders(call);

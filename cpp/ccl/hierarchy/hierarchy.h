@@ -45,6 +45,10 @@ class Hierarchy {
   void reduce(const Call& call);
   // Agreement on `call` and nothing else, for a call whose data moves afterwards.
   void agree(const Call& call) { frames_.agree(call); }
+  // The all-gather `gather` of up to kFramedMaxBytes in all, in the leaders'
+  // frames, the ranks agreeing on `asked`: the one step of a call that
+  // another path builds from a small all-gather.
+  void allGatherAgreeingOn(const Call& asked, const Call& gather) { allGatherInFrames(asked, gather); }
   // `withinNode` (peers by local index) and `remote` (peers by rank): in
   // the leaders' frames, returning true, or, where the frames cannot carry
   // it, agreed on and left for the caller to run rank to rank.
@@ -72,7 +76,7 @@ class Hierarchy {
   // ---- in the leaders' frames: one exchange between nodes (in_frames.cc)
   void allReduceInFrames(const Call& call);
   void broadcastInFrames(const Call& call);
-  void allGatherInFrames(const Call& call);
+  void allGatherInFrames(const Call& asked, const Call& call);
   void reduceScatterInFrames(const Call& call);
   void reduceScatterInFramesByNodes(const Call& call);
   // The node's sums of `call`'s buffer (half types in float32) into `sums` at the leader.

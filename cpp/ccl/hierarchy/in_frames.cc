@@ -22,25 +22,26 @@ void keepResult(void* to, const char* result, size_t count, ncclDataType_t type)
 
 // Each leader sends its node's report with the node's blocks behind it,
 // puts every node's blocks in rank order, and hands its node the verdict
-// and the result in one broadcast.
-void Hierarchy::allGatherInFrames(const Call& call) {
+// and the result in one broadcast. The ranks agree on `asked`: `call`
+// itself, or the call an all-gather serves.
+void Hierarchy::allGatherInFrames(const Call& asked, const Call& call) {
   const size_t block = call.count * datatypeSize(call.datatype);
   const auto& nodes = topology_.nodes;
   auto blocks = [&](size_t node) { return payloadOf(frames_.frame(node)); };
-  if (frames_.report(call)) {
+  if (frames_.report(asked)) {
     Call inNode = call;
     inNode.recv = blocks(topology_.node);
     node_.allGather(inNode);
   }
   char* handBack = scratch(kVerdictBytes + block * topology_.size);  // the verdict, then the result
   if (topology_.isLeader()) {
-    copyText(handBack, frames_.exchange(call, topology_.localRanks() * block));
+    copyText(handBack, frames_.exchange(asked, topology_.localRanks() * block));
     if (handBack[0] == '\0')
       for (size_t node = 0; node < nodes.size(); ++node)
         for (size_t i = 0; i < nodes[node].size(); ++i)
           std::memcpy(handBack + kVerdictBytes + nodes[node][i] * block, blocks(node) + i * block, block);
   }
-  frames_.handOut(call, handBack, kVerdictBytes + block * topology_.size);
+  frames_.handOut(asked, handBack, kVerdictBytes + block * topology_.size);
   std::memcpy(call.recv, handBack + kVerdictBytes, block * topology_.size);
 }
 

@@ -25,20 +25,37 @@ bool RankOrderReductions::takes(const Call& call) const {
 }
 
 void RankOrderReductions::run(const Call& call) {
+  if (fitsFrames(call)) return gatherAndCombine(call);
   agree(call);
-  switch (call.kind) {
-    case CallKind::AllReduce: return allReduceInto(call, call.recv);
-    case CallKind::ReduceScatter: return reduceScatter(call);
-    case CallKind::Reduce: {
-      // The whole all-reduce, kept by the root.
-      Call whole = call;
-      whole.kind = CallKind::AllReduce;
-      if (topology_.rank == call.root) return allReduceInto(whole, call.recv);
-      unkept_.resize(std::max(unkept_.size(), call.count * datatypeSize(call.datatype)));
-      return allReduceInto(whole, unkept_.data());
-    }
-    default: fail(ncclInternalError, "no rank-order path for " + call.describe());
-  }
+  if (call.kind == CallKind::ReduceScatter) return reduceScatter(call);
+  Call whole = call;  // a reduce: the whole all-reduce, kept by the root
+  whole.kind = CallKind::AllReduce;
+  allReduceInto(whole, resultOf(call));
+}
+
+void* RankOrderReductions::resultOf(const Call& call) {
+  if (call.kind == CallKind::AllReduce || topology_.rank == call.root) return call.recv;
+  unkept_.resize(std::max(unkept_.size(), call.count * datatypeSize(call.datatype)));
+  return unkept_.data();
+}
+
+bool RankOrderReductions::fitsFrames(const Call& call) const {
+  const size_t perRank = call.count * (call.kind == CallKind::ReduceScatter ? topology_.size : 1);
+  return hierarchy_ != nullptr && perRank * datatypeSize(call.datatype) * topology_.size <= kFramedMaxBytes;
+}
+
+void RankOrderReductions::gatherAndCombine(const Call& call) {
+  const size_t element = datatypeSize(call.datatype);
+  const bool scatter = call.kind == CallKind::ReduceScatter;
+  const size_t perRank = call.count * (scatter ? topology_.size : 1);
+  if (gathered_.size() < perRank * topology_.size * element) gathered_.resize(perRank * topology_.size * element);
+  hierarchy_->allGatherAgreeingOn(
+      call, {CallKind::AllGather, call.send, gathered_.data(), perRank, call.datatype, ncclSum, 0, call.sequence});
+  if (call.kind == CallKind::Reduce && topology_.rank != call.root) return;
+  const size_t ours = scatter ? topology_.rank * call.count : 0;  // where our result lies in each rank's buffer
+  std::vector<const void*> parts;
+  for (int rank = 0; rank < topology_.size; ++rank) parts.push_back(gathered_.data() + (rank * perRank + ours) * element);
+  combineParts(call, parts, scatter ? call.recv : resultOf(call), call.count);
 }
 
 // Before any part moves, as every collective does: a rank in another call
@@ -50,14 +67,13 @@ void RankOrderReductions::agree(const Call& call) {
   if (!disagreement.empty()) throw MismatchError(disagreement);
 }
 
-char* RankOrderReductions::part(int rank) { return parts_.data() + rank * partBytes_; }
-
-void RankOrderReductions::exchangeParts(const Call& call, const std::vector<Slice>& slices) {
+std::vector<const void*> RankOrderReductions::exchangeParts(const Call& call, const std::vector<Slice>& slices) {
   const size_t element = datatypeSize(call.datatype);
   const int me = topology_.rank;
   const size_t ours = slices[me].end - slices[me].begin;
-  partBytes_ = std::max<size_t>(ours * element, 1);
-  if (parts_.size() < partBytes_ * topology_.size) parts_.resize(partBytes_ * topology_.size);
+  const size_t partBytes = std::max<size_t>(ours * element, 1);
+  if (parts_.size() < partBytes * topology_.size) parts_.resize(partBytes * topology_.size);
+  auto part = [&](int rank) { return parts_.data() + rank * partBytes; };
   char* send = const_cast<char*>(static_cast<const char*>(call.send));
   // Ours too, copied: the result may overwrite the send buffer before every part is combined.
   std::memcpy(part(me), send + slices[me].begin * element, ours * element);
@@ -73,23 +89,23 @@ void RankOrderReductions::exchangeParts(const Call& call, const std::vector<Slic
     transfers.push_back({false, to, part(peer), ours, call.datatype, call.sequence});
   }
   runTransfersEverywhere(node_.shm(), withinNode, fabric_, me, remote, call.describe(), /*collective=*/true);
+  std::vector<const void*> parts;
+  for (int rank = 0; rank < topology_.size; ++rank) parts.push_back(part(rank));
+  return parts;
 }
 
 // In the call's type: float32 and float64 in one pass over every part (the
 // kernel adds its sources in order, in their own type); a half type one
 // addition at a time, each rounded, as torch adds two half tensors.
-void RankOrderReductions::combineParts(const Call& call, void* into, size_t count) {
+void RankOrderReductions::combineParts(const Call& call, const std::vector<const void*>& parts, void* into,
+                                       size_t count) {
   const int ranks = topology_.size;
-  if (!isHalf(call.datatype)) {
-    std::vector<const void*> sources;
-    for (int rank = 0; rank < ranks; ++rank) sources.push_back(part(rank));
-    return reduce(into, sources.data(), ranks, count, call.datatype, call.op, ranks);
-  }
+  if (!isHalf(call.datatype)) return reduce(into, parts.data(), ranks, count, call.datatype, call.op, ranks);
   const ncclRedOp_t step = call.op == ncclAvg ? ncclSum : call.op;
-  const void* firstTwo[2] = {part(0), part(1)};
+  const void* firstTwo[2] = {parts[0], parts[1]};
   reduce(into, firstTwo, 2, count, call.datatype, step, 1);
   for (int rank = 2; rank < ranks; ++rank) {
-    const void* next[2] = {into, part(rank)};
+    const void* next[2] = {into, parts[rank]};
     reduce(into, next, 2, count, call.datatype, step, 1);
   }
   if (call.op == ncclAvg) {
@@ -108,10 +124,10 @@ void RankOrderReductions::allReduceInto(const Call& call, void* result) {
   std::vector<Slice> slices;
   for (size_t rank = 0; rank < ranks; ++rank)
     slices.push_back({std::min(rank * slice, call.count), std::min((rank + 1) * slice, call.count)});
-  exchangeParts(call, slices);
+  const std::vector<const void*> parts = exchangeParts(call, slices);
   if (owned_.size() < std::max<size_t>(slice * element, 1)) owned_.resize(std::max<size_t>(slice * element, 1));
   const Slice ours = slices[topology_.rank];
-  combineParts(call, owned_.data(), ours.end - ours.begin);
+  combineParts(call, parts, owned_.data(), ours.end - ours.begin);
   const bool even = slice * ranks == call.count;
   if (!even && gathered_.size() < slice * ranks * element) gathered_.resize(slice * ranks * element);
   void* gathered = even ? result : gathered_.data();
@@ -128,8 +144,7 @@ void RankOrderReductions::reduceScatter(const Call& call) {
   std::vector<Slice> slices;
   for (size_t rank = 0; rank < static_cast<size_t>(topology_.size); ++rank)
     slices.push_back({rank * call.count, (rank + 1) * call.count});
-  exchangeParts(call, slices);
-  combineParts(call, call.recv, call.count);
+  combineParts(call, exchangeParts(call, slices), call.recv, call.count);
 }
 
 }  // namespace mojoccl

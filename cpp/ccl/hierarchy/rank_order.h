@@ -7,7 +7,10 @@
 //
 // Each rank owns a slice of the buffer: it receives every rank's part of
 // that slice (the volume of a reduce-scatter, rank to rank), combines the
-// parts in rank order, and an all-reduce then all-gathers the slices. The
+// parts in rank order, and an all-reduce then all-gathers the slices.
+// Between nodes a call whose every rank's buffer fits the leaders' frames
+// (kFramedMaxBytes in all) is instead one all-gather of those buffers, in
+// the step that agrees on the call, and each rank combines them all. The
 // hierarchy's own sums instead add each node's ranks first and the nodes'
 // partial sums after, in an order that follows the layout.
 #pragma once
@@ -38,21 +41,26 @@ class RankOrderReductions {
 
  private:
   void agree(const Call& call);
+  // Between nodes, every rank's whole send buffer fits the leaders' frames.
+  bool fitsFrames(const Call& call) const;
+  // Every rank's send buffer to every rank, in the step that agrees on the
+  // call; each combines its part of the result.
+  void gatherAndCombine(const Call& call);
   // The all-reduce of `call` into `result`, `result` may be the call's send buffer.
   void allReduceInto(const Call& call, void* result);
   void reduceScatter(const Call& call);
-  // Every rank's part of our slice into parts_, in rank order: `slices`
-  // (in elements of the send buffer, one per rank) says which part goes where.
-  void exchangeParts(const Call& call, const std::vector<Slice>& slices);
-  // The parts of our slice, `count` elements each, combined in rank order into `into`.
-  void combineParts(const Call& call, void* into, size_t count);
-  char* part(int rank);
+  // Every rank's part of our slice, in rank order: `slices` (in elements
+  // of the send buffer, one per rank) says which part goes where.
+  std::vector<const void*> exchangeParts(const Call& call, const std::vector<Slice>& slices);
+  // `parts`, `count` elements each, combined in rank order into `into`.
+  void combineParts(const Call& call, const std::vector<const void*>& parts, void* into, size_t count);
+  // The result of an all-reduce or a reduce on this rank.
+  void* resultOf(const Call& call);
 
   const Topology& topology_;
   NodeCollectives& node_;
   Hierarchy* hierarchy_;
   FabricTransport* fabric_;
-  size_t partBytes_ = 0;     // room for one part in parts_
   std::vector<char> parts_;  // one part of our slice per rank
   std::vector<char> owned_;  // our slice of an all-reduce's result
   std::vector<char> gathered_;  // an all-reduce's slices, where the ranks do not divide its count
