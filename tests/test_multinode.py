@@ -107,6 +107,20 @@ def test_conformance_matrix_through_the_registered_staging_region(rails):
         assert staged > 1000 and "registered 1048576-byte staging region" in line, line
 
 
+@pytest.mark.parametrize("hosts, deterministic", [("ab", "0"), ("ab", "1"), ("aa", "1")],
+                         ids=["2 nodes", "2 nodes, MOJOCCL_DETERMINISTIC", "one node, MOJOCCL_DETERMINISTIC"])
+def test_a_send_left_pending_across_collectives(hosts, deterministic):
+    # Sends are buffered: rank 0's send waits, in the fabric's point-to-point
+    # lane or a shared-memory mailbox, while both ranks all-reduce as many
+    # elements (with MOJOCCL_DETERMINISTIC=1 partly rank to rank, on the
+    # fabric's collective lane). Between nodes it once met the all-reduce's
+    # receive (one tag sequence for both), and its first message to rank 1
+    # held rank 0 until rank 1 read its endpoint.
+    env = {**FABRIC, "MOJOCCL_DETERMINISTIC": deterministic}
+    for result in run_worker("behaviour", 2, "pending_send", env=env, rank_env=on_nodes(*hosts), timeout=120):
+        assert result.stdout.count(": right") == 4, result.stdout
+
+
 def ccl_job(hosts, env, scenario="init", timeout=60):
     return run_worker("ccl", len(hosts), scenario, env=env, rank_env=on_nodes(*hosts), timeout=timeout)
 

@@ -7,6 +7,9 @@ Usage: behaviour.py SCENARIO
                  group's timeout (as gloo's does); the process goes on
   monitored_barrier  all ranks pass one; then rank 1 skips the next, which
                  fails on every other rank naming it
+  pending_send   rank 0 sends to rank 1, which receives it only after
+                 all-reduces of as many elements: each result is right
+                 (a buffered send is never taken for a collective's message)
 """
 
 import datetime
@@ -19,12 +22,36 @@ import torch.distributed as dist
 import torch_mojo
 
 
+def pending_send(rank):
+    for dtype in (torch.float32, torch.bfloat16):
+        for count in (4, 1 << 18):
+            message = torch.full((count,), 7.0, dtype=dtype)
+            sent = dist.isend(message, 1) if rank == 0 else None
+            summed = torch.full((count,), float(rank + 1), dtype=dtype)
+            dist.all_reduce(summed)
+            right = bool((summed == 3).all())
+            if rank == 1:
+                received = torch.empty(count, dtype=dtype)
+                dist.recv(received, 0)
+                right = right and bool((received == 7).all())
+            else:
+                sent.wait()
+            print(f"{dtype} {count}: {'right' if right else 'WRONG'}", flush=True)
+    # Within a node a large send waits in a shared-memory region of the
+    # sender's, which its communicator's end removes: rank 0 waits for rank
+    # 1 to have received it.
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def main():
     scenario = sys.argv[1]
     torch_mojo.register_mojo_devices()
     timeout = datetime.timedelta(seconds=3 if scenario == "timeout" else 60)
     dist.init_process_group("mojo", timeout=timeout)
     rank = dist.get_rank()
+    if scenario == "pending_send":
+        return pending_send(rank)
     if scenario == "async_overlap":
         tensor = torch.ones(1 << 20)
         if rank == 1:

@@ -203,6 +203,9 @@ void exchangeHeadered(FabricTransport& fabric, const std::vector<HeaderedMessage
                       size_t headerBytes, bool payloadsInPlace,
                       const std::function<std::pair<void*, size_t>(size_t index)>& receiveInto,
                       const std::string& what) {
+  // An all-to-all (its payloads in place) is a collective: it keeps to the
+  // collectives' lane, and a send or receive to the point-to-point one.
+  const auto lane = payloadsInPlace ? FabricTransport::Lane::Collective : FabricTransport::Lane::PointToPoint;
   // Every receive takes room for a header and an inline payload in one
   // message the provider sends at once; a payload that fits there travels
   // with its header, a larger one after it, at the size the header announces.
@@ -221,10 +224,10 @@ void exchangeHeadered(FabricTransport& fabric, const std::vector<HeaderedMessage
       std::vector<char> whole(static_cast<const char*>(message.header),
                               static_cast<const char*>(message.header) + headerBytes);
       if (message.payloadBytes <= inlineBytes) whole.insert(whole.end(), payload, payload + message.payloadBytes);
-      fabric.postBufferedSend(message.peer, whole.data(), whole.size());
+      fabric.postBufferedSend(message.peer, whole.data(), whole.size(), SIZE_MAX, lane);
     } else {
       arrived[i].reset(new char[room]);
-      headers.push_back(fabric.postRecvUpTo(message.peer, arrived[i].get(), room, &arrivedBytes[i]));
+      headers.push_back(fabric.postRecvUpTo(message.peer, arrived[i].get(), room, &arrivedBytes[i], lane));
     }
   }
   for (const HeaderedMessage& message : messages) {
@@ -232,10 +235,11 @@ void exchangeHeadered(FabricTransport& fabric, const std::vector<HeaderedMessage
     const char* payload = static_cast<const char*>(message.payload);
     if (payloadsInPlace)
       forEachPiece(message.payloadBytes, fabric.segmentFor(message.payloadBytes), [&](size_t offset, size_t length) {
-        fabric.postSend(message.peer, payload + offset, length);
+        fabric.postSend(message.peer, payload + offset, length, lane);
       });
     else
-      fabric.postBufferedSend(message.peer, payload, message.payloadBytes, fabric.segmentFor(message.payloadBytes));
+      fabric.postBufferedSend(message.peer, payload, message.payloadBytes, fabric.segmentFor(message.payloadBytes),
+                              lane);
   }
   // Every header: now the payloads' sizes are known. (Payloads sent in
   // place wait for their receives, posted below and by the peers.)
@@ -252,7 +256,7 @@ void exchangeHeadered(FabricTransport& fabric, const std::vector<HeaderedMessage
       std::memcpy(payload.first, arrived[i].get() + headerBytes, payload.second);
     } else {
       forEachPiece(payload.second, fabric.segmentFor(payload.second), [&](size_t offset, size_t length) {
-        fabric.postRecv(messages[i].peer, static_cast<char*>(payload.first) + offset, length);
+        fabric.postRecv(messages[i].peer, static_cast<char*>(payload.first) + offset, length, lane);
       });
     }
   }

@@ -67,30 +67,39 @@ void RankOrderReductions::agree(const Call& call) {
   if (!disagreement.empty()) throw MismatchError(disagreement);
 }
 
+// The node's ranks all-gather their send buffers in shared memory, in the
+// node's own steps: the point-to-point mailboxes may hold a send the user
+// has not received yet, which a part must never be taken for. Other nodes'
+// parts come rank to rank on the fabric's collective lane, which no
+// point-to-point call uses.
 std::vector<const void*> RankOrderReductions::exchangeParts(const Call& call, const std::vector<Slice>& slices) {
   const size_t element = datatypeSize(call.datatype);
   const int me = topology_.rank;
+  const size_t sendCount = slices.back().end;
   const size_t ours = slices[me].end - slices[me].begin;
   const size_t partBytes = std::max<size_t>(ours * element, 1);
   if (parts_.size() < partBytes * topology_.size) parts_.resize(partBytes * topology_.size);
-  auto part = [&](int rank) { return parts_.data() + rank * partBytes; };
+  if (nodeBuffers_.size() < sendCount * topology_.localRanks() * element)
+    nodeBuffers_.resize(sendCount * topology_.localRanks() * element);
+  node_.allGather({CallKind::AllGather, call.send, nodeBuffers_.data(), sendCount, call.datatype, ncclSum, 0,
+                   call.sequence});
+  std::vector<const void*> parts(topology_.size);
+  std::vector<Transfer> remote;
   char* send = const_cast<char*>(static_cast<const char*>(call.send));
-  // Ours too, copied: the result may overwrite the send buffer before every part is combined.
-  std::memcpy(part(me), send + slices[me].begin * element, ours * element);
-  std::vector<Transfer> withinNode, remote;
   for (int peer = 0; peer < topology_.size; ++peer) {
-    if (peer == me) continue;
-    const bool here = topology_.onOurNode(peer);
-    const int to = here ? node_.shm().indexOf(peer) : peer;
-    auto& transfers = here ? withinNode : remote;
+    if (topology_.onOurNode(peer)) {
+      const size_t local = node_.shm().indexOf(peer);
+      parts[peer] = nodeBuffers_.data() + (local * sendCount + slices[me].begin) * element;
+      continue;
+    }
+    char* part = parts_.data() + peer * partBytes;
+    parts[peer] = part;
     const Slice theirs = slices[peer];
-    transfers.push_back({true, to, send + theirs.begin * element, theirs.end - theirs.begin, call.datatype,
-                         call.sequence});
-    transfers.push_back({false, to, part(peer), ours, call.datatype, call.sequence});
+    remote.push_back({true, peer, send + theirs.begin * element, theirs.end - theirs.begin, call.datatype,
+                      call.sequence});
+    remote.push_back({false, peer, part, ours, call.datatype, call.sequence});
   }
-  runTransfersEverywhere(node_.shm(), withinNode, fabric_, me, remote, call.describe(), /*collective=*/true);
-  std::vector<const void*> parts;
-  for (int rank = 0; rank < topology_.size; ++rank) parts.push_back(part(rank));
+  if (!remote.empty()) runRemoteTransfers(*fabric_, me, remote, call.describe(), /*collective=*/true);
   return parts;
 }
 

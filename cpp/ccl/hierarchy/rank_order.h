@@ -5,9 +5,11 @@
 // such tensors rounds; an average is that sum divided once by the rank
 // count; a product likewise in rank order.
 //
-// Each rank owns a slice of the buffer: it receives every rank's part of
-// that slice (the volume of a reduce-scatter, rank to rank), combines the
-// parts in rank order, and an all-reduce then all-gathers the slices.
+// Each rank owns a slice of the buffer: it receives every other node's
+// ranks' parts of that slice (the volume of a reduce-scatter, rank to rank)
+// and its own node's send buffers (an all-gather in shared memory),
+// combines the parts in rank order, and an all-reduce then all-gathers the
+// slices.
 // Between nodes a call whose every rank's buffer fits the leaders' frames
 // (kFramedMaxBytes in all) is instead one all-gather of those buffers, in
 // the step that agrees on the call, and each rank combines them all. The
@@ -61,7 +63,8 @@ class RankOrderReductions {
   NodeCollectives& node_;
   Hierarchy* hierarchy_;
   FabricTransport* fabric_;
-  std::vector<char> parts_;  // one part of our slice per rank
+  std::vector<char> parts_;        // one part of our slice per rank of another node
+  std::vector<char> nodeBuffers_;  // the send buffers of our node's ranks
   std::vector<char> owned_;  // our slice of an all-reduce's result
   std::vector<char> gathered_;  // an all-reduce's slices, where the ranks do not divide its count
   std::vector<char> unkept_;    // a reduce's result, on ranks other than its root

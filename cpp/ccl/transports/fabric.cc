@@ -26,9 +26,11 @@
 namespace mojoccl {
 namespace {
 
-// The tag: the sender's rank above a per-direction message counter, 48 bits
-// in all (what the providers we target offer).
-constexpr int kCounterBits = 28;
+// The tag: the sender's rank, then the lane, then a per-lane, per-direction
+// message counter, 48 bits in all (what the providers we target offer).
+constexpr int kCounterBits = 27;
+constexpr int kLaneShift = kCounterBits;
+constexpr int kSenderShift = kCounterBits + 1;
 constexpr uint64_t kCounterMask = (uint64_t{1} << kCounterBits) - 1;
 constexpr int kMaxRanks = 1 << 20;
 constexpr size_t kAddressBytes = 256;
@@ -46,8 +48,8 @@ FabricTransport::FabricTransport(Bootstrap& bootstrap, int rank, int localIndex,
       rank_(rank),
       aborted_(aborted),
       ranks_(bootstrap.ranks()),
-      sent_(ranks_.size()),
-      received_(ranks_.size()),
+      sent_{std::vector<uint32_t>(ranks_.size()), std::vector<uint32_t>(ranks_.size())},
+      received_{std::vector<uint32_t>(ranks_.size()), std::vector<uint32_t>(ranks_.size())},
       rejections_("rank " + std::to_string(rank) + "'s fabric endpoint") {
   timeoutSeconds_ = timeoutSeconds;
   if (ranks_.size() > kMaxRanks)
@@ -172,26 +174,28 @@ std::string FabricTransport::describe() const {
   return describeFabric(chosen, library_);
 }
 
-uint64_t FabricTransport::tag(int sender, uint32_t counter) const {
-  return (static_cast<uint64_t>(sender) << kCounterBits) | (counter & kCounterMask);
+uint64_t FabricTransport::tag(int sender, Lane lane, uint32_t counter) const {
+  return (static_cast<uint64_t>(sender) << kSenderShift) | (static_cast<uint64_t>(lane) << kLaneShift) |
+         (counter & kCounterMask);
 }
 
-FabricTransport::Ticket FabricTransport::postSend(int peer, const void* data, size_t bytes) {
+FabricTransport::Ticket FabricTransport::postSend(int peer, const void* data, size_t bytes, Lane lane) {
   std::lock_guard<std::mutex> lock(mutex_);
-  return postOrCancel(peer, true, static_cast<char*>(const_cast<void*>(data)), bytes, nullptr);
+  return postOrCancel(peer, lane, true, static_cast<char*>(const_cast<void*>(data)), bytes, nullptr);
 }
 
-FabricTransport::Ticket FabricTransport::postRecv(int peer, void* data, size_t bytes) {
+FabricTransport::Ticket FabricTransport::postRecv(int peer, void* data, size_t bytes, Lane lane) {
   std::lock_guard<std::mutex> lock(mutex_);
-  return postOrCancel(peer, false, static_cast<char*>(data), bytes, nullptr);
+  return postOrCancel(peer, lane, false, static_cast<char*>(data), bytes, nullptr);
 }
 
-FabricTransport::Ticket FabricTransport::postRecvUpTo(int peer, void* data, size_t bytes, size_t* received) {
+FabricTransport::Ticket FabricTransport::postRecvUpTo(int peer, void* data, size_t bytes, size_t* received,
+                                                     Lane lane) {
   if (bytes > maxMessage_)
     fail(ncclInternalError, "a receive of up to " + std::to_string(bytes) + " bytes is more than one message (" +
                                 std::to_string(maxMessage_) + " bytes)");
   std::lock_guard<std::mutex> lock(mutex_);
-  return postOrCancel(peer, false, static_cast<char*>(data), bytes, nullptr, received);
+  return postOrCancel(peer, lane, false, static_cast<char*>(data), bytes, nullptr, received);
 }
 
 // Several pieces in flight keep the wire busy, and a reduction of one
@@ -206,7 +210,7 @@ size_t FabricTransport::segmentFor(size_t bytes, size_t eagerPiecesUpTo) const {
   return bytes <= eagerPiecesUpTo ? std::min(eagerMessage_, kLargePiece) : kLargePiece;
 }
 
-void FabricTransport::postBufferedSend(int peer, const void* data, size_t bytes, size_t piece) {
+void FabricTransport::postBufferedSend(int peer, const void* data, size_t bytes, size_t piece, Lane lane) {
   std::shared_ptr<std::vector<char>> copy;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -220,7 +224,7 @@ void FabricTransport::postBufferedSend(int peer, const void* data, size_t bytes,
     forEachPiece(bytes, piece, [&](size_t offset, size_t length) {
       std::memcpy(copy->data() + offset, from + offset, length);
       std::lock_guard<std::mutex> lock(mutex_);
-      postOrCancel(peer, true, copy->data() + offset, length, copy);
+      postOrCancel(peer, lane, true, copy->data() + offset, length, copy);
       if (offset + length < bytes)
         bufferedPosted_.notify_one();
       else
@@ -258,11 +262,11 @@ std::shared_ptr<std::vector<char>> FabricTransport::spareCopy(size_t bytes) {
 }
 
 // A post that fails leaves the ranks out of step, as a failed wait does.
-FabricTransport::Ticket FabricTransport::postOrCancel(int peer, bool isSend, char* base, size_t bytes,
+FabricTransport::Ticket FabricTransport::postOrCancel(int peer, Lane lane, bool isSend, char* base, size_t bytes,
                                                      const std::shared_ptr<std::vector<char>>& copy,
                                                      size_t* received) {
   try {
-    return post(peer, isSend, base, bytes, copy, received);
+    return post(peer, lane, isSend, base, bytes, copy, received);
   } catch (const Error&) {
     cancelPending();
     throw;
@@ -272,7 +276,7 @@ FabricTransport::Ticket FabricTransport::postOrCancel(int peer, bool isSend, cha
 // Posts `bytes` in pieces of at most maxMessage_; an empty message still
 // travels, as the receiver waits for it. Every piece of a buffered send
 // holds its `copy`.
-FabricTransport::Ticket FabricTransport::post(int peer, bool isSend, char* base, size_t bytes,
+FabricTransport::Ticket FabricTransport::post(int peer, Lane lane, bool isSend, char* base, size_t bytes,
                                              const std::shared_ptr<std::vector<char>>& copy, size_t* received) {
   const bool buffered = copy != nullptr;
   if (!failure_.empty()) fail(ncclRemoteError, failure_);
@@ -283,7 +287,8 @@ FabricTransport::Ticket FabricTransport::post(int peer, bool isSend, char* base,
   const auto start = std::chrono::steady_clock::now();
   do {
     size_t piece = std::min(maxMessage_, bytes - offset);
-    uint64_t messageTag = isSend ? tag(rank_, sent_[peer]++) : tag(peer, received_[peer]++);
+    const auto l = static_cast<size_t>(lane);
+    uint64_t messageTag = isSend ? tag(rank_, lane, sent_[l][peer]++) : tag(peer, lane, received_[l][peer]++);
     pending_.push_back({{}, peer, isSend, piece, buffered, copy, messageTag, base + offset, -1});
     Request& request = pending_.back();
     request.received = received;
@@ -297,7 +302,17 @@ FabricTransport::Ticket FabricTransport::post(int peer, bool isSend, char* base,
       waitingForSlot_[isSend].push_back(&request);
       continue;
     }
-    while (!submit(request, request.user, descriptor, /*mayInject=*/true)) {
+    // A buffered send never waits for room in the provider's queue: its
+    // caller may go on to wait for the very rank whose progress makes room
+    // (over ofi_rxm the first message to a rank waits for the connection,
+    // which that rank completes only while it reads its own endpoint). The
+    // progress thread, or the next wait, submits it in its turn.
+    if (buffered && (!unsubmitted_.empty() || !submit(request, request.user, descriptor, /*mayInject=*/true))) {
+      unsubmitted_.push_back(&request);
+      bufferedPosted_.notify_one();
+      continue;
+    }
+    while (!buffered && !submit(request, request.user, descriptor, /*mayInject=*/true)) {
       progress(what());  // the queue is full: completions make room
       if (aborted_.load()) fail(ncclInvalidUsage, "the communicator was aborted");
       if (checkPeers_) checkPeers_({peer}, std::chrono::steady_clock::now() - start);
@@ -488,6 +503,7 @@ void FabricTransport::cancelPending() {
     if (!request.done && request.slot >= 0) staging_->freeSlots[request.isSend].push_back(request.slot);
   }
   for (auto& queue : waitingForSlot_) queue.clear();
+  unsubmitted_.clear();
   toRepost_.clear();
   pending_.clear();
   waitedFor_ = buffered_ = 0;
@@ -525,6 +541,16 @@ void FabricTransport::progress(const std::string& what, bool sleep) {
   repostTurnedAway();
   // Into the slots just freed, or again where the provider's queue was full.
   submitStaged();
+  submitUnsubmitted();
+}
+
+void FabricTransport::submitUnsubmitted() {
+  while (!unsubmitted_.empty()) {
+    Request& request = *unsubmitted_.front();
+    // Not inject: its completion removes it from pending_ as any other's.
+    if (!submit(request, request.user, descriptorFor(request.user, request.bytes), /*mayInject=*/false)) return;
+    unsubmitted_.pop_front();
+  }
 }
 
 bool FabricTransport::sealed(uint64_t flags, uint64_t data) const {

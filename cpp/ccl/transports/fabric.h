@@ -86,17 +86,23 @@ class FabricTransport {
   FabricTransport(const FabricTransport&) = delete;
   FabricTransport& operator=(const FabricTransport&) = delete;
 
+  // Each pair of ranks has two lanes, each its own sequence of messages:
+  // the collectives' and the point-to-point calls'. A send that the user
+  // has not received yet (sends are buffered) so never meets a
+  // collective's receive, nor a collective's message the user's receive.
+  enum class Lane : uint32_t { Collective = 0, PointToPoint = 1 };
+
   // Posts a message that completes in waitAll(), or waitFor() its ticket;
   // the buffer must stay valid until then.
   using Ticket = uint64_t;
-  Ticket postSend(int peer, const void* data, size_t bytes);
+  Ticket postSend(int peer, const void* data, size_t bytes, Lane lane = Lane::Collective);
   // A message of another size than `bytes` is an error.
-  Ticket postRecv(int peer, void* data, size_t bytes);
+  Ticket postRecv(int peer, void* data, size_t bytes, Lane lane = Lane::Collective);
   // A receive that takes one message of up to `bytes`, whose length goes to
   // `*received`: what ranks that may disagree exchange in one message (a
   // call's signature at the front, its data behind), each receiving into
   // room for the largest. At most maxMessage() bytes.
-  Ticket postRecvUpTo(int peer, void* data, size_t bytes, size_t* received);
+  Ticket postRecvUpTo(int peer, void* data, size_t bytes, size_t* received, Lane lane = Lane::Collective);
   size_t maxMessage() const { return maxMessage_; }
   // The largest message the provider sends without a rendezvous round trip
   // (ofi_rxm: its buffer, FI_OFI_RXM_BUFFER_SIZE, less room for its header;
@@ -111,7 +117,8 @@ class FabricTransport {
   // Copies the message and posts it, in messages of `piece` bytes (as
   // forEachPiece cuts it: the receiver posts as many), each as soon as it
   // is copied: it completes on its own.
-  void postBufferedSend(int peer, const void* data, size_t bytes, size_t piece = SIZE_MAX);
+  void postBufferedSend(int peer, const void* data, size_t bytes, size_t piece = SIZE_MAX,
+                        Lane lane = Lane::Collective);
   // Progresses every message posted with postSend/postRecv to completion.
   // `what` names the operation in errors ("ncclAllReduce(...) across nodes").
   void waitAll(const std::string& what);
@@ -178,10 +185,11 @@ class FabricTransport {
   void turnAway(Request& request);
   void repostTurnedAway();
   void submitStaged();
+  void submitUnsubmitted();
   // With mutex_ held, as every function below.
-  Ticket post(int peer, bool isSend, char* base, size_t bytes,
+  Ticket post(int peer, Lane lane, bool isSend, char* base, size_t bytes,
               const std::shared_ptr<std::vector<char>>& copy, size_t* received = nullptr);
-  Ticket postOrCancel(int peer, bool isSend, char* base, size_t bytes,
+  Ticket postOrCancel(int peer, Lane lane, bool isSend, char* base, size_t bytes,
                       const std::shared_ptr<std::vector<char>>& copy, size_t* received = nullptr);
   // Progresses until `done()`, with waitAll's checks (mutex_ held).
   void waitUntil(const std::function<bool()>& done, const std::string& what);
@@ -195,7 +203,7 @@ class FabricTransport {
   int oldestPeer() const;  // of the requests waited for
   std::vector<int> peersWaitedOn() const;
   void progressBufferedSends();
-  uint64_t tag(int sender, uint32_t counter) const;
+  uint64_t tag(int sender, Lane lane, uint32_t counter) const;
   // The registration of the ncclMemAlloc region holding [data, data + bytes),
   // made at its first use and kept until the region is freed; null for other
   // memory, or where the provider registers nothing.
@@ -216,7 +224,7 @@ class FabricTransport {
   fid_av* av_ = nullptr;
   fid_ep* endpoint_ = nullptr;
   std::vector<fi_addr_t> addresses_;
-  std::vector<uint32_t> sent_, received_;  // messages posted per peer, each way
+  std::vector<uint32_t> sent_[2], received_[2];  // messages posted per lane and peer, each way
   size_t maxMessage_;
   size_t eagerMessage_;
   size_t injectBytes_ = 0;  // the largest send the provider takes inject
@@ -260,6 +268,7 @@ class FabricTransport {
 
   std::unique_ptr<StagingRegion> staging_;  // only where buffers must be registered
   std::deque<Request*> waitingForSlot_[2];   // staged messages not yet posted: [0] receives, [1] sends
+  std::deque<Request*> unsubmitted_;         // buffered sends the provider had no room for yet, in order
 
   // ncclMemAlloc regions registered with the domain, by region id.
   std::map<uint64_t, fid_mr*> registrations_;
