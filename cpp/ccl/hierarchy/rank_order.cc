@@ -79,14 +79,25 @@ std::vector<const void*> RankOrderReductions::exchangeParts(const Call& call, co
   const size_t ours = slices[me].end - slices[me].begin;
   const size_t partBytes = std::max<size_t>(ours * element, 1);
   if (parts_.size() < partBytes * topology_.size) parts_.resize(partBytes * topology_.size);
-  if (nodeBuffers_.size() < sendCount * topology_.localRanks() * element)
-    nodeBuffers_.resize(sendCount * topology_.localRanks() * element);
-  node_.allGather({CallKind::AllGather, call.send, nodeBuffers_.data(), sendCount, call.datatype, ncclSum, 0,
-                   call.sequence});
   std::vector<const void*> parts(topology_.size);
   std::vector<Transfer> remote;
   char* send = const_cast<char*>(static_cast<const char*>(call.send));
+  const bool alone = topology_.localRanks() == 1;
+  if (alone) {
+    // Our own part only, copied: the result may overwrite the send buffer
+    // before every part is combined.
+    std::memcpy(parts_.data() + me * partBytes, send + slices[me].begin * element, ours * element);
+  } else {
+    if (nodeBuffers_.size() < sendCount * topology_.localRanks() * element)
+      nodeBuffers_.resize(sendCount * topology_.localRanks() * element);
+    node_.allGather({CallKind::AllGather, call.send, nodeBuffers_.data(), sendCount, call.datatype, ncclSum, 0,
+                     call.sequence});
+  }
   for (int peer = 0; peer < topology_.size; ++peer) {
+    if (alone && peer == me) {
+      parts[peer] = parts_.data() + me * partBytes;
+      continue;
+    }
     if (topology_.onOurNode(peer)) {
       const size_t local = node_.shm().indexOf(peer);
       parts[peer] = nodeBuffers_.data() + (local * sendCount + slices[me].begin) * element;
