@@ -311,13 +311,16 @@ bool Comm::collectiveOnDevice(Call call, ncclStream_t stream) {
   if (!devicePeersRequested_ || topology_.size == 1) return false;
   // The GPU kernel rounds a half type once: the rank-order sum goes through host memory.
   if (rankOrder_ && rankOrder_->takes(call)) return false;
-  call.sequence = ++calls_;
+  // Numbered only once taken: a call staged through host memory instead
+  // takes its number there, so that every call counts once.
+  call.sequence = calls_ + 1;
   if (!devicePeersDecided_) {
     devicePeersDecided_ = true;
     run([] { return std::string("setting up MOJOCCL_DEVICE_PEERS"); },
         [&] { devicePeers_ = DevicePeers::open(topology_, *node_, call); });
   }
   if (!devicePeers_) return false;
+  ++calls_;
   validate(call);
   run([&] { return call.describe() + " on device memory (call #" + std::to_string(call.sequence) + ")"; },
       [&] { devicePeers_->run(call, stream); });
