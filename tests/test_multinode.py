@@ -121,6 +121,16 @@ def test_a_send_left_pending_across_collectives(hosts, deterministic):
         assert result.stdout.count(": right") == 4, result.stdout
 
 
+def test_a_send_outlives_its_sender_within_a_node():
+    # Within a node a large message waits in a shared-memory buffer of the
+    # sender's. The sender may end before it is read (a sent message is the
+    # receiver's, as a socket's last bytes are); the receiver removes it.
+    results = run_worker("behaviour", 2, "send_then_exit", timeout=90)
+    assert "sender gone: True" in results[1].stdout, results[1].stdout
+    assert results[1].stdout.count(": right") == 2, results[1].stdout
+    assert "left in /dev/shm: []" in results[1].stdout, results[1].stdout
+
+
 def ccl_job(hosts, env, scenario="init", timeout=60):
     return run_worker("ccl", len(hosts), scenario, env=env, rank_env=on_nodes(*hosts), timeout=timeout)
 

@@ -10,9 +10,13 @@ Usage: behaviour.py SCENARIO
   pending_send   rank 0 sends to rank 1, which receives it only after
                  all-reduces of as many elements: each result is right
                  (a buffered send is never taken for a collective's message)
+  send_then_exit rank 0 sends rank 1 a small and a large message and ends;
+                 rank 1 receives both once rank 0's process is gone, but not
+                 a third one; no shared memory of theirs is left behind
 """
 
 import datetime
+import os
 import sys
 import time
 
@@ -37,11 +41,29 @@ def pending_send(rank):
             else:
                 sent.wait()
             print(f"{dtype} {count}: {'right' if right else 'WRONG'}", flush=True)
-    # Within a node a large send waits in a shared-memory region of the
-    # sender's, which its communicator's end removes: rank 0 waits for rank
-    # 1 to have received it.
-    dist.barrier()
     dist.destroy_process_group()
+
+
+def send_then_exit(rank):
+    pids = [None, None]
+    dist.all_gather_object(pids, os.getpid())
+    sizes = (4, 1 << 20)  # within a node: an entry of the channel, then a buffer of its own
+    if rank == 0:
+        for count in sizes + (1 << 19,):  # the last one never received
+            dist.send(torch.full((count,), float(count)), 1)
+        dist.destroy_process_group()
+        return
+    deadline = time.monotonic() + 30
+    while os.path.exists(f"/proc/{pids[0]}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    print(f"sender gone: {not os.path.exists(f'/proc/{pids[0]}')}", flush=True)
+    for count in sizes:
+        received = torch.empty(count)
+        dist.recv(received, 0)
+        print(f"{count}: {'right' if bool((received == count).all()) else 'WRONG'}", flush=True)
+    dist.destroy_process_group()
+    left = [name for name in os.listdir("/dev/shm") if f"-p{pids[0]}-" in name or f"-p{pids[1]}-" in name]
+    print(f"left in /dev/shm: {left}", flush=True)
 
 
 def main():
@@ -52,6 +74,8 @@ def main():
     rank = dist.get_rank()
     if scenario == "pending_send":
         return pending_send(rank)
+    if scenario == "send_then_exit":
+        return send_then_exit(rank)
     if scenario == "async_overlap":
         tensor = torch.ones(1 << 20)
         if rank == 1:

@@ -163,14 +163,20 @@ void ShmTransport::readPeerMemory(int peer, uint64_t address, void* destination,
 }
 
 ShmTransport::~ShmTransport() {
-  for (int fd : pidfds_)
-    if (fd >= 0) close(fd);
   for (int peer = 0; peer < size(); ++peer)
     for (auto& buffer : outgoing_[peer]) {
-      reinterpret_cast<BufferHeader*>(buffer.segment.data())->retired.store(1);
-      SharedSegment::unlink(bufferName(self_, peer, buffer.serial));  // if never opened
+      auto* header = reinterpret_cast<BufferHeader*>(buffer.segment.data());
+      header->retired.store(1);
+      // A message the peer has not read yet outlives us, as a socket's
+      // last bytes outlive its sender: the peer removes it when it reads
+      // it, or at its own end.
+      bool unread = header->busy.load() != 0 && !peerDeparted(peer) && !peerExited(peer);
+      if (!unread) SharedSegment::unlink(bufferName(self_, peer, buffer.serial));  // if never opened
     }
-  removeOrphanBuffers();  // messages a killed peer sent us and we never took
+  removeBuffersSentToUs();  // messages we never took, from peers gone before us
+  removeOrphanBuffers();    // any of this user's whose sender and receiver are both gone
+  for (int fd : pidfds_)
+    if (fd >= 0) close(fd);
   if (segment_.data() != nullptr) markDeparted();
 }
 
@@ -260,12 +266,12 @@ void ShmTransport::releaseReceive(int peer) {
 
 // ------------------------------------------------------------ buffers
 
-// "<segment>-p<sender pid>-<from>to<to>-<serial>": the pid lets any later
-// process of this user tell an orphan (its sender is gone) from a message
-// in flight.
+// "<segment>-p<sender pid>-r<receiver pid>-<from>to<to>-<serial>": the
+// pids let any later process of this user tell an orphan (both ends gone)
+// from a message in flight, which may outlive its sender.
 std::string ShmTransport::bufferName(int from, int to, uint64_t serial) const {
-  return name_ + "-p" + std::to_string(peers_[from].pid) + "-" + std::to_string(from) + "to" +
-         std::to_string(to) + "-" + std::to_string(serial);
+  return name_ + "-p" + std::to_string(peers_[from].pid) + "-r" + std::to_string(peers_[to].pid) + "-" +
+         std::to_string(from) + "to" + std::to_string(to) + "-" + std::to_string(serial);
 }
 
 // A process that ended, or has ended and waits to be reaped (a zombie).
@@ -279,19 +285,41 @@ static bool processGone(int pid) {
   return scanned == 1 && state == 'Z';
 }
 
-void removeOrphanBuffers() {
-  // Ours are /dev/shm/mojoccl-<uid>-...; buffers carry "-p<pid>-".
+// Calls `visit` with the name (no leading '/') of each of this user's
+// message buffers in /dev/shm.
+static void forEachBuffer(const std::function<void(const std::string&)>& visit) {
   const std::string prefix = "mojoccl-" + std::to_string(getuid()) + "-";
   DIR* directory = opendir("/dev/shm");
   if (directory == nullptr) return;
   while (dirent* entry = readdir(directory)) {
     std::string name = entry->d_name;
-    size_t mark = name.find("-p", prefix.size());
-    if (name.compare(0, prefix.size(), prefix) != 0 || mark == std::string::npos) continue;
-    int pid = std::atoi(name.c_str() + mark + 2);
-    if (pid > 0 && processGone(pid)) SharedSegment::unlink("/" + name);
+    if (name.compare(0, prefix.size(), prefix) == 0 && name.find("-p", prefix.size()) != std::string::npos)
+      visit(name);
   }
   closedir(directory);
+}
+
+// The pid after `mark` ("-p" or "-r") in a buffer's name; 0 if none.
+static int pidAfter(const std::string& name, const char* mark) {
+  size_t at = name.find(mark);
+  return at == std::string::npos ? 0 : std::atoi(name.c_str() + at + 2);
+}
+
+void removeOrphanBuffers() {
+  forEachBuffer([](const std::string& name) {
+    int sender = pidAfter(name, "-p"), receiver = pidAfter(name, "-r");
+    if (sender > 0 && processGone(sender) && (receiver <= 0 || processGone(receiver)))
+      SharedSegment::unlink("/" + name);
+  });
+}
+
+void ShmTransport::removeBuffersSentToUs() {
+  const std::string ours = name_.substr(1) + "-p";  // this communicator's
+  const std::string toUs = "-r" + std::to_string(getpid()) + "-";
+  forEachBuffer([&](const std::string& name) {
+    if (name.compare(0, ours.size(), ours) == 0 && name.find(toUs) != std::string::npos)
+      SharedSegment::unlink("/" + name);
+  });
 }
 
 ShmTransport::Buffer ShmTransport::claimOutgoingBuffer(int peer, size_t bytes) {
@@ -327,12 +355,14 @@ ShmTransport::Buffer ShmTransport::claimOutgoingBuffer(int peer, size_t bytes) {
 }
 
 const char* ShmTransport::incomingBuffer(int peer, uint64_t serial, size_t capacity) {
-  // Forget buffers the sender has dropped.
+  // Forget buffers the sender has dropped, but the one to read now: a sender
+  // that ended retires the buffer of its last message too.
+  auto key = std::make_pair(peer, serial);
   for (auto it = incoming_.begin(); it != incoming_.end();) {
     auto* header = reinterpret_cast<BufferHeader*>(it->second.data());
-    it = header->retired.load(std::memory_order_acquire) ? incoming_.erase(it) : std::next(it);
+    bool dropped = it->first != key && header->retired.load(std::memory_order_acquire);
+    it = dropped ? incoming_.erase(it) : std::next(it);
   }
-  auto key = std::make_pair(peer, serial);
   auto found = incoming_.find(key);
   if (found == incoming_.end()) {
     std::string name = bufferName(peer, self_, serial);

@@ -158,6 +158,7 @@ class ShmTransport {
   ChannelControl& channel(int from, int to) const;
   char* entryAt(int from, int to, uint32_t index) const;
   std::string bufferName(int from, int to, uint64_t serial) const;
+  void removeBuffersSentToUs();
   void checkPeer(int peer) const;
   // checkPeer(), except that a peer found gone may have delivered just
   // before it went: then `arrived()` is true and nothing is thrown.
