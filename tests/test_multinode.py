@@ -187,15 +187,18 @@ def test_bad_fabric_settings_fail_every_rank_at_once(env, message):
     assert time.monotonic() - start < 30
 
 
-@pytest.mark.parametrize("variable, value, default", [
-    ("MOJOCCL_NET_ALGO", "ring", "auto"), ("MOJOCCL_NET_RAILS", "0", "1"), ("MOJOCCL_NET_DIRECT_NODES", "4", "16"),
-    ("MOJOCCL_NET_FRAMES", "fabric", "auto"),
+@pytest.mark.parametrize("variable, value, default, hosts", [
+    ("MOJOCCL_NET_ALGO", "ring", "auto", "ab"), ("MOJOCCL_NET_RAILS", "0", "1", "ab"),
+    ("MOJOCCL_NET_DIRECT_NODES", "4", "16", "ab"), ("MOJOCCL_NET_FRAMES", "fabric", "auto", "ab"),
+    ("MOJOCCL_ALGO", "two_shot", "auto", "aa"), ("MOJOCCL_ZERO_COPY", "0", "1", "aa"),
+    ("MOJOCCL_DEVICE_PEERS", "1", "0", "aa"),
 ])
-def test_an_algorithm_setting_that_differs_between_ranks_fails_every_rank(variable, value, default):
-    # Ranks that chose different algorithms would not meet.
+def test_an_algorithm_setting_that_differs_between_ranks_fails_every_rank(variable, value, default, hosts):
+    # Ranks that chose different algorithms would not meet: between nodes,
+    # or within one (MOJOCCL_ALGO, MOJOCCL_ZERO_COPY, MOJOCCL_DEVICE_PEERS).
     results = run_worker("ccl", 2, "init", env=FABRIC, timeout=60, rank_env={
-        0: {"MOJOCCL_HOSTID": "a", variable: value},
-        1: {"MOJOCCL_HOSTID": "b"},
+        0: {"MOJOCCL_HOSTID": hosts[0], variable: value},
+        1: {"MOJOCCL_HOSTID": hosts[1]},
     })
     for result in results:
         assert f"{variable} is '{value}' on rank 0 and '{default}' on rank 1: set it alike on every rank" \

@@ -316,18 +316,22 @@ void Bootstrap::agreeOnSuccess(bool ok, const std::string& failure) {
   }
 }
 
-void Bootstrap::requireSameSetting(const std::string& name, const std::string& value) {
-  char mine[128] = {};
-  snprintf(mine, sizeof(mine), "%s", value.c_str());
-  std::vector<char> all = allGather(mine, sizeof(mine));
-  auto valueOf = [&](size_t rank) {
-    const char* text = all.data() + rank * sizeof(mine);
-    return std::string(text, strnlen(text, sizeof(mine)));
-  };
-  for (size_t rank = 1; rank < ranks_.size(); ++rank)
-    if (valueOf(rank) != valueOf(0))
-      fail(ncclInvalidUsage, name + " is '" + valueOf(0) + "' on rank 0 and '" + valueOf(rank) + "' on rank " +
-                                 std::to_string(rank) + ": set it alike on every rank");
+void Bootstrap::requireSameSettings(const std::vector<std::pair<std::string, std::string>>& settings) {
+  constexpr size_t kValueBytes = 128;
+  std::vector<char> mine(settings.size() * kValueBytes);
+  for (size_t i = 0; i < settings.size(); ++i)
+    snprintf(mine.data() + i * kValueBytes, kValueBytes, "%s", settings[i].second.c_str());
+  std::vector<char> all = allGather(mine.data(), mine.size());
+  for (size_t i = 0; i < settings.size(); ++i) {
+    auto valueOf = [&](size_t rank) {
+      const char* text = all.data() + rank * mine.size() + i * kValueBytes;
+      return std::string(text, strnlen(text, kValueBytes));
+    };
+    for (size_t rank = 1; rank < ranks_.size(); ++rank)
+      if (valueOf(rank) != valueOf(0))
+        fail(ncclInvalidUsage, settings[i].first + " is '" + valueOf(0) + "' on rank 0 and '" + valueOf(rank) +
+                                   "' on rank " + std::to_string(rank) + ": set it alike on every rank");
+  }
 }
 
 }  // namespace mojoccl

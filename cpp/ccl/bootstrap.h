@@ -52,7 +52,9 @@ class Bootstrap {
   // Every rank's `value` of the setting `name` must be the same (ranks
   // that chose differently would not meet): otherwise every rank fails,
   // naming the first two that differ.
-  void requireSameSetting(const std::string& name, const std::string& value);
+  void requireSameSetting(const std::string& name, const std::string& value) { requireSameSettings({{name, value}}); }
+  // The same for several (name, value) pairs, in one exchange.
+  void requireSameSettings(const std::vector<std::pair<std::string, std::string>>& settings);
 
   void close() { socket_.close(); }
 

@@ -44,8 +44,7 @@ bool framesOnSockets(const std::string& setting, const FabricTransport& fabric, 
 
 }  // namespace
 
-Comm::Comm(const ncclUniqueId& id, int nranks, int rank)
-    : devicePeersRequested_(settingOn("MOJOCCL_DEVICE_PEERS")) {
+Comm::Comm(const ncclUniqueId& id, int nranks, int rank) {
   if (nranks < 1) fail(ncclInvalidArgument, "nranks must be at least 1, got " + std::to_string(nranks));
   if (rank < 0 || rank >= nranks)
     fail(ncclInvalidArgument, "rank " + std::to_string(rank) + " is outside 0.." +
@@ -63,26 +62,35 @@ Comm::Comm(const ncclUniqueId& id, int nranks, int rank)
   for (int peer : topology_.ours()) peers.push_back({peer, ranks[peer].pid});
   shm_ = std::make_unique<ShmTransport>(bootstrap, peers, topology_.localIndex, segmentName(id, ranks[rank].hostHash),
                                         kSlotBytes, aborted_, ranksOutnumberCores());
-  node_ = std::make_unique<NodeCollectives>(*shm_);
-  const bool deterministic = agreeOnDeterminism(bootstrap);
+  const AgreedSettings settings = agreeOnSettings(bootstrap);
+  devicePeersRequested_ = settings.devicePeers;
+  node_ = std::make_unique<NodeCollectives>(*shm_, settings.allReduceAlgorithm, settings.zeroCopy);
   if (topology_.nodes.size() > 1) openFabric(bootstrap);
-  if (deterministic)
+  if (settings.deterministic)
     rankOrder_ = std::make_unique<RankOrderReductions>(topology_, *node_, hierarchy_.get(), fabric_.get());
   bootstrap.close();
 }
 
-// A rank whose sums would follow another order than the others' would make
-// the ranks' steps differ: the setting fails every rank at once unless all share it.
-bool Comm::agreeOnDeterminism(Bootstrap& bootstrap) {
-  std::string setting, failure;
+// Ranks that chose differently would take different steps (another
+// algorithm within the node, another order of sums, device memory on one
+// rank and host memory on another): a bad value, or values that differ,
+// fail every rank at once.
+Comm::AgreedSettings Comm::agreeOnSettings(Bootstrap& bootstrap) {
+  const char* names[] = {"MOJOCCL_ALGO", "MOJOCCL_ZERO_COPY", "MOJOCCL_DEVICE_PEERS", "MOJOCCL_DETERMINISTIC"};
+  std::vector<std::pair<std::string, std::string>> values;
+  std::string failure;
   try {
-    setting = settingChoice("MOJOCCL_DETERMINISTIC");
+    for (const char* name : names) values.emplace_back(name, settingChoice(name));
   } catch (const Error& error) {
     failure = error.what();
   }
   bootstrap.agreeOnSuccess(failure.empty(), failure);
-  bootstrap.requireSameSetting("MOJOCCL_DETERMINISTIC", setting);
-  return setting == "1";
+  bootstrap.requireSameSettings(values);
+  const std::string& algorithm = values[0].second;
+  return {algorithm == "one_shot"   ? AllReduceAlgorithm::OneShot
+          : algorithm == "two_shot" ? AllReduceAlgorithm::TwoShot
+                                    : AllReduceAlgorithm::Auto,
+          values[1].second == "1", values[2].second == "1", values[3].second == "1"};
 }
 
 // By the real host name, not MOJOCCL_HOSTID: "nodes" of one machine share its cores.
@@ -142,10 +150,10 @@ void Comm::openFabric(Bootstrap& bootstrap) {
     failure = error.what();
   }
   bootstrap.agreeOnSuccess(failure.empty(), failure);
-  bootstrap.requireSameSetting("MOJOCCL_NET_ALGO", NetworkAlgorithms::setting());
-  bootstrap.requireSameSetting("MOJOCCL_NET_RAILS", railsSetting);
-  bootstrap.requireSameSetting("MOJOCCL_NET_DIRECT_NODES", std::to_string(directNodes));
-  bootstrap.requireSameSetting("MOJOCCL_NET_FRAMES", framesSetting);
+  bootstrap.requireSameSettings({{"MOJOCCL_NET_ALGO", NetworkAlgorithms::setting()},
+                                 {"MOJOCCL_NET_RAILS", railsSetting},
+                                 {"MOJOCCL_NET_DIRECT_NODES", std::to_string(directNodes)},
+                                 {"MOJOCCL_NET_FRAMES", framesSetting}});
   const auto& nodes = topology_.nodes;
   const bool rails = railsSetting == "1" && nodes[0].size() > 1 &&
                      std::all_of(nodes.begin(), nodes.end(), [&](const auto& node) { return node.size() == nodes[0].size(); });

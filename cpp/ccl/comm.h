@@ -107,8 +107,14 @@ class Comm {
   void findCoreSharers(const std::vector<RankInfo>& ranks);
   bool ranksOutnumberCores() const;  // waits must not hold a core
   void openFabric(Bootstrap& bootstrap);
-  // MOJOCCL_DETERMINISTIC, the same on every rank.
-  bool agreeOnDeterminism(Bootstrap& bootstrap);
+  // The settings every rank must share, read and compared at set-up.
+  struct AgreedSettings {
+    AllReduceAlgorithm allReduceAlgorithm;  // MOJOCCL_ALGO
+    bool zeroCopy;                          // MOJOCCL_ZERO_COPY
+    bool devicePeers;                       // MOJOCCL_DEVICE_PEERS
+    bool deterministic;                     // MOJOCCL_DETERMINISTIC
+  };
+  AgreedSettings agreeOnSettings(Bootstrap& bootstrap);
   bool spansNodes() const { return hierarchy_ != nullptr; }
   // Checks `call`, then runs it within the node, or across nodes.
   void collective(const Call& call, void (NodeCollectives::*withinNode)(const Call&),
@@ -132,7 +138,7 @@ class Comm {
   std::mutex transportsMutex_;               // failedRanks() may race with releaseTransports()
   std::vector<int> failedAtRelease_;
   uint64_t rejectedAtRelease_ = 0;
-  bool devicePeersRequested_;                // MOJOCCL_DEVICE_PEERS=1
+  bool devicePeersRequested_ = false;        // MOJOCCL_DEVICE_PEERS=1
   bool devicePeersDecided_ = false;
   std::unique_ptr<DevicePeers> devicePeers_;  // when every rank can read its peers' GPUs
   uint64_t calls_ = 0;

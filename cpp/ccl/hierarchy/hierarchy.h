@@ -82,8 +82,12 @@ class Hierarchy {
   // The node's sums of `call`'s buffer (half types in float32) into `sums` at the leader.
   void nodeSumsAtLeader(const Call& call, char* sums);
   // The small all-reduce of `call` (ranks compare `asked`, what the caller
-  // asked for), its result in the scratch buffer, in acrossNodesType.
-  const char* allReduceInFramesResult(const Call& asked, const Call& call);
+  // asked for), its result in acrossNodesType: in `resultHere` where the
+  // rank is alone on its node and gives one, else in the scratch buffer.
+  const char* allReduceInFramesResult(const Call& asked, const Call& call, void* resultHere = nullptr);
+  // A leader alone on its node: no rank waits for a hand-out of the
+  // result, so it goes straight into the caller's buffer.
+  bool alone() const { return topology_.localRanks() == 1; }
 
   // ---- through the leaders (through_leaders.cc)
   // The all-reduce of `call` with its result in `result` on every rank

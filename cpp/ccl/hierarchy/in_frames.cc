@@ -33,16 +33,18 @@ void Hierarchy::allGatherInFrames(const Call& asked, const Call& call) {
     inNode.recv = blocks(topology_.node);
     node_.allGather(inNode);
   }
-  char* handBack = scratch(kVerdictBytes + block * topology_.size);  // the verdict, then the result
+  const size_t handed = kVerdictBytes + (alone() ? 0 : block * topology_.size);
+  char* handBack = scratch(handed);  // the verdict, then the result
+  char* result = alone() ? static_cast<char*>(call.recv) : handBack + kVerdictBytes;
   if (topology_.isLeader()) {
     copyText(handBack, frames_.exchange(asked, topology_.localRanks() * block));
     if (handBack[0] == '\0')
       for (size_t node = 0; node < nodes.size(); ++node)
         for (size_t i = 0; i < nodes[node].size(); ++i)
-          std::memcpy(handBack + kVerdictBytes + nodes[node][i] * block, blocks(node) + i * block, block);
+          std::memcpy(result + nodes[node][i] * block, blocks(node) + i * block, block);
   }
-  frames_.handOut(asked, handBack, kVerdictBytes + block * topology_.size);
-  std::memcpy(call.recv, handBack + kVerdictBytes, block * topology_.size);
+  frames_.handOut(asked, handBack, handed);
+  if (!alone()) std::memcpy(call.recv, result, block * topology_.size);
 }
 
 // The root's node broadcasts within itself, then its leader's frame
@@ -54,16 +56,17 @@ void Hierarchy::broadcastInFrames(const Call& call) {
   const bool rootHere = topology_.node == rootNode;
   const bool agreed = frames_.report(call);
   if (agreed && rootHere) node_.broadcast(call);
-  const size_t handed = kVerdictBytes + (rootHere ? 0 : bytes);
+  const bool handsData = !rootHere && !alone();
+  const size_t handed = kVerdictBytes + (handsData ? bytes : 0);
   char* handBack = scratch(handed);  // the verdict, then the data
+  void* data = handsData ? handBack + kVerdictBytes : call.recv;
   if (topology_.isLeader()) {
     if (agreed && rootHere) std::memcpy(payloadOf(frames_.frame(topology_.node)), call.recv, bytes);
     copyText(handBack, frames_.exchange(call, rootHere ? bytes : 0));
-    if (!rootHere && handBack[0] == '\0')
-      std::memcpy(handBack + kVerdictBytes, payloadOf(frames_.frame(rootNode)), bytes);
+    if (!rootHere && handBack[0] == '\0') std::memcpy(data, payloadOf(frames_.frame(rootNode)), bytes);
   }
   frames_.handOut(call, handBack, handed);
-  if (!rootHere) std::memcpy(call.recv, handBack + kVerdictBytes, bytes);
+  if (handsData) std::memcpy(call.recv, data, bytes);
 }
 
 // Each leader sends its node's report together with the node's partial
@@ -71,7 +74,9 @@ void Hierarchy::broadcastInFrames(const Call& call) {
 // the same bits). The leader hands its node the verdict and the result in
 // one broadcast.
 void Hierarchy::allReduceInFrames(const Call& call) {
-  keepResult(call.recv, allReduceInFramesResult(call, call), call.count, call.datatype);
+  const bool sameType = acrossNodesType(call.datatype) == call.datatype;
+  const char* result = allReduceInFramesResult(call, call, sameType ? call.recv : nullptr);
+  if (result != call.recv) keepResult(call.recv, result, call.count, call.datatype);
 }
 
 // The small all-reduce of the whole buffer, of which each rank keeps its
@@ -144,24 +149,27 @@ void Hierarchy::nodeSumsAtLeader(const Call& call, char* sums) {
   reduceToLeader(wide, send, sums, call.count);
 }
 
-const char* Hierarchy::allReduceInFramesResult(const Call& asked, const Call& call) {
+const char* Hierarchy::allReduceInFramesResult(const Call& asked, const Call& call, void* resultHere) {
   const ncclDataType_t type = acrossNodesType(call.datatype);
   const size_t bytes = call.count * datatypeSize(type);
   auto partial = [&](size_t node) { return payloadOf(frames_.frame(node)); };
   if (frames_.report(asked)) nodeSumsAtLeader(call, partial(topology_.node));
-  char* handBack = scratch(kVerdictBytes + bytes);  // the verdict, then the result
+  const bool handsData = resultHere == nullptr || !alone();
+  const size_t handed = kVerdictBytes + (handsData ? bytes : 0);
+  char* handBack = scratch(handed);  // the verdict, then the result
+  char* result = handsData ? handBack + kVerdictBytes : static_cast<char*>(resultHere);
   if (topology_.isLeader()) {
     copyText(handBack, frames_.exchange(asked, bytes));
     // AVG: the partial sums, summed and divided once by the rank count.
     if (handBack[0] == '\0') {
       std::vector<const void*> sources;
       for (size_t node = 0; node < topology_.nodes.size(); ++node) sources.push_back(partial(node));
-      mojoccl::reduce(handBack + kVerdictBytes, sources.data(), static_cast<int>(sources.size()), call.count, type,
-                      call.op, topology_.size);
+      mojoccl::reduce(result, sources.data(), static_cast<int>(sources.size()), call.count, type, call.op,
+                      topology_.size);
     }
   }
-  frames_.handOut(asked, handBack, kVerdictBytes + bytes);
-  return handBack + kVerdictBytes;
+  frames_.handOut(asked, handBack, handed);
+  return result;
 }
 
 }  // namespace mojoccl

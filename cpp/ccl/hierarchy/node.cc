@@ -6,23 +6,8 @@
 #include "../algorithms/step.h"
 #include "../algorithms/zero_copy.h"
 #include "../datatypes.h"
-#include "../settings.h"
 
 namespace mojoccl {
-namespace {
-
-AllReduceAlgorithm allReduceAlgorithmFromEnv() {
-  std::string choice = settingChoice("MOJOCCL_ALGO");
-  if (choice == "one_shot") return AllReduceAlgorithm::OneShot;
-  if (choice == "two_shot") return AllReduceAlgorithm::TwoShot;
-  return AllReduceAlgorithm::Auto;
-}
-
-}  // namespace
-
-NodeCollectives::NodeCollectives(ShmTransport& shm)
-    : shm_(shm), allReduceAlgorithm_(allReduceAlgorithmFromEnv()), zeroCopy_(settingOn("MOJOCCL_ZERO_COPY")) {}
-
 void NodeCollectives::run(const Call& call, size_t bytes, ZeroCopy zeroCopy, Staged staged) {
   // A node of one rank holds its result already (its `bytes` are the whole
   // of it): the steps would only copy the buffer into shared memory and

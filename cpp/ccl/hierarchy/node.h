@@ -20,8 +20,9 @@ constexpr size_t kOneShotMaxBytes = 64 << 10;
 
 class NodeCollectives {
  public:
-  // MOJOCCL_ALGO and MOJOCCL_ZERO_COPY are read here.
-  explicit NodeCollectives(ShmTransport& shm);
+  // `allReduceAlgorithm`: MOJOCCL_ALGO; `zeroCopy`: MOJOCCL_ZERO_COPY.
+  NodeCollectives(ShmTransport& shm, AllReduceAlgorithm allReduceAlgorithm, bool zeroCopy)
+      : shm_(shm), allReduceAlgorithm_(allReduceAlgorithm), zeroCopy_(zeroCopy) {}
 
   // Each as the node's part of `call`: a rank is a communicator rank (the
   // root), counts as in the call.
