@@ -74,23 +74,28 @@ bool AllToAllAcrossNodes::takesFrames() const {
 // send to ours (by its rank, then ours); then, where our ranks expect
 // kFramedMaxBytes or less from other nodes, what came in frames, laid out
 // by those expected counts (by sending node, its rank, our rank).
+// Its bytes live in the communicator's `storage`, kept from call to call.
 struct AllToAllAcrossNodes::Handout {
-  std::vector<char> bytes;
+  char* bytes;
+  size_t size;
   std::vector<size_t> tableAt;  // by node
   size_t dataAt;
 
-  Handout(const std::vector<std::vector<int>>& nodes, int ours, size_t dataBytes) {
+  Handout(std::vector<char>& storage, const std::vector<std::vector<int>>& nodes, int ours, size_t dataBytes) {
     size_t at = roundUp(kVerdictBytes + nodes.size(), sizeof(uint64_t));
     for (size_t node = 0; node < nodes.size(); ++node) {
       tableAt.push_back(at);
       if (static_cast<int>(node) != ours) at += nodes[node].size() * nodes[ours].size() * sizeof(uint64_t);
     }
     dataAt = at;
-    bytes.resize(at + dataBytes);
+    size = at + dataBytes;
+    if (storage.size() < size) storage.resize(size);
+    bytes = storage.data();
+    std::memset(bytes, 0, kVerdictBytes + nodes.size());  // no disagreement, nothing in frames yet
   }
-  char* disagreement() { return bytes.data(); }
+  char* disagreement() { return bytes; }
   char& sentInFrames(size_t node) { return bytes[kVerdictBytes + node]; }
-  uint64_t* table(size_t node) { return reinterpret_cast<uint64_t*>(bytes.data() + tableAt[node]); }
+  uint64_t* table(size_t node) { return reinterpret_cast<uint64_t*>(bytes + tableAt[node]); }
 };
 
 // Our node's sends travel in its leader's frames when they are few and each
@@ -119,6 +124,9 @@ void AllToAllAcrossNodes::run(const std::vector<Transfer>& withinNode, const std
   for (const Transfer& transfer : withinNode)
     (transfer.isSend ? sendTo : receiveFrom)[topology_.nodes[topology_.node][transfer.peer]] = &transfer;
 
+  // A rank alone on its node sends from its own buffers and receives
+  // straight from the frames: no copies through the slot or a hand-out.
+  const bool alone = localRanks == 1;
   Counts counts(localRanks, topology_.size);
   std::string mismatch;
   bool agreed = false, inSlots = false, inFrames = false;
@@ -126,7 +134,7 @@ void AllToAllAcrossNodes::run(const std::vector<Transfer>& withinNode, const std
   std::unique_ptr<Handout> handout;
   {
     Step step(node_.shm(), node_.rounds(), call);
-    writeSlot(step.mine(), sendTo, receiveFrom, call);
+    writeSlot(step.mine(), sendTo, receiveFrom, call, /*sendsInSlot=*/!alone);
     step.publishAndAwait();
     agreed = frames_.report(call, step.disagreement());
     if (agreed) {
@@ -143,12 +151,18 @@ void AllToAllAcrossNodes::run(const std::vector<Transfer>& withinNode, const std
             for (int s : topology_.nodes[node]) expected += counts.receive(d, s) * element;
       if (inSlots) mismatch = takeLocalPartsFromSlots(step, counts, sendTo, receiveFrom, call);
     }
-    handout = std::make_unique<Handout>(topology_.nodes, topology_.node, agreed && expected <= kFramedMaxBytes ? expected : 0);
-    if (topology_.isLeader()) exchangeFrames(call, step, counts, inFrames, *handout);
+    const bool handsData = agreed && !alone && expected <= kFramedMaxBytes;
+    handout = std::make_unique<Handout>(handoutStorage_, topology_.nodes, topology_.node, handsData ? expected : 0);
+    if (topology_.isLeader()) {
+      auto sendOf = [&](size_t s, int d) {
+        return alone ? static_cast<const char*>(sendTo[d]->buffer) : step.of(static_cast<int>(s)) + counts.sendAt(s, d);
+      };
+      exchangeFrames(call, counts, inFrames, sendOf, *handout);
+    }
   }  // the node's slots are free again
-  if (topology_.isLeader() && handout->bytes.size() > handout->dataAt)
-    packFromFrames(call, counts, *handout, handout->bytes.data() + handout->dataAt, /*compact=*/false);
-  frames_.handOut(call, handout->bytes.data(), handout->bytes.size());
+  if (topology_.isLeader() && handout->size > handout->dataAt)
+    packFromFrames(call, counts, *handout, handout->bytes + handout->dataAt, /*compact=*/false);
+  frames_.handOut(call, handout->bytes, handout->size);
 
   if (!inSlots) {
     try {
@@ -162,9 +176,12 @@ void AllToAllAcrossNodes::run(const std::vector<Transfer>& withinNode, const std
   // parts that came in frames at the counts expected.
   bool anyInFrames = false;
   for (size_t node = 0; node < topology_.nodes.size(); ++node) anyInFrames |= handout->sentInFrames(node) != 0;
-  if (anyInFrames) {
-    const bool compact = handout->bytes.size() == handout->dataAt;
-    const char* data = handout->bytes.data() + handout->dataAt;
+  if (anyInFrames && alone) {
+    const std::string problem = takePartsFromFrames(call, counts, *handout, nullptr, /*compact=*/false, receiveFrom);
+    if (mismatch.empty()) mismatch = problem;
+  } else if (anyInFrames) {
+    const bool compact = handout->size == handout->dataAt;
+    const char* data = handout->bytes + handout->dataAt;
     std::vector<char> separate;
     if (compact) {
       separate.resize(forEachPartFromNodes(counts, *handout, element, true, [](auto...) {}));
@@ -192,7 +209,8 @@ void AllToAllAcrossNodes::run(const std::vector<Transfer>& withinNode, const std
 // nodes are small) and all of them fit the slot: a large all-to-all would
 // only pay one more copy of its data.
 void AllToAllAcrossNodes::writeSlot(char* slot, const std::vector<const Transfer*>& sendTo,
-                             const std::vector<const Transfer*>& receiveFrom, const Call& call) const {
+                             const std::vector<const Transfer*>& receiveFrom, const Call& call,
+                             bool sendsInSlot) const {
   const size_t element = datatypeSize(call.datatype);
   size_t sendBytes = 0, toOtherNodes = 0;
   for (int d = 0; d < topology_.size; ++d)
@@ -200,7 +218,8 @@ void AllToAllAcrossNodes::writeSlot(char* slot, const std::vector<const Transfer
       sendBytes += sendTo[d]->count * element;
       if (topology_.nodeOfRank[d] != topology_.node) toOtherNodes += sendTo[d]->count * element;
     }
-  const bool follow = toOtherNodes <= kFramedMaxBytes && slotBytesFor(topology_.size, sendBytes) <= node_.shm().slotBytes();
+  const bool follow = toOtherNodes <= kFramedMaxBytes &&
+                      (!sendsInSlot || slotBytesFor(topology_.size, sendBytes) <= node_.shm().slotBytes());
   *reinterpret_cast<SlotHeader*>(slot) = {follow, call.sequence};
   auto* row = reinterpret_cast<uint64_t*>(slot + sizeof(SlotHeader));
   for (int peer = 0; peer < topology_.size; ++peer) {
@@ -208,7 +227,7 @@ void AllToAllAcrossNodes::writeSlot(char* slot, const std::vector<const Transfer
     row[topology_.size + peer] = receiveFrom[peer] != nullptr ? receiveFrom[peer]->count : 0;
   }
   char* at = slot + slotBytesFor(topology_.size, 0);
-  for (int d = 0; follow && d < topology_.size; ++d)
+  for (int d = 0; follow && sendsInSlot && d < topology_.size; ++d)
     if (d != topology_.rank && sendTo[d] != nullptr) {
       std::memcpy(at, sendTo[d]->buffer, sendTo[d]->count * element);
       at += sendTo[d]->count * element;
@@ -242,8 +261,8 @@ std::string AllToAllAcrossNodes::takeLocalPartsFromSlots(const Step& step, const
 // whether our sends come in it, and if so their counts and data, by our
 // sending rank, then their receiving rank), then from the frames received
 // the verdict, which nodes sent in frames, and their counts to our ranks.
-void AllToAllAcrossNodes::exchangeFrames(const Call& call, const Step& step, const Counts& counts, bool inFrames,
-                                  Handout& handout) {
+void AllToAllAcrossNodes::exchangeFrames(const Call& call, const Counts& counts, bool inFrames,
+                                         const std::function<const char*(size_t, int)>& sendOf, Handout& handout) {
   const size_t nodes = topology_.nodes.size(), localRanks = topology_.nodes[topology_.node].size();
   const size_t element = datatypeSize(call.datatype);
   copyText(handout.disagreement(), frames_.sendOwn(call, [&](size_t node, char* payload) {
@@ -260,7 +279,7 @@ void AllToAllAcrossNodes::exchangeFrames(const Call& call, const Step& step, con
     for (size_t s = 0; flag && s < localRanks; ++s)
       for (int d : topology_.nodes[node]) {
         const size_t bytes = counts.send(s, d) * element;
-        std::memcpy(at, step.of(static_cast<int>(s)) + counts.sendAt(s, d), bytes);
+        std::memcpy(at, sendOf(s, d), bytes);
         at += bytes;
       }
     return static_cast<size_t>(at - payload);
@@ -310,29 +329,34 @@ size_t AllToAllAcrossNodes::forEachPartFromNodes(const Counts& counts, Handout& 
 void AllToAllAcrossNodes::packFromFrames(const Call& call, const Counts& counts, Handout& handout, char* into,
                           bool compact) {
   const size_t element = datatypeSize(call.datatype);
-  const size_t localRanks = topology_.nodes[topology_.node].size();
   forEachPartFromNodes(counts, handout, element, compact,
                        [&](size_t node, int sender, size_t d, uint64_t sent, size_t inFrame, size_t placed) {
                          if (sent == 0 || sent != counts.receive(d, sender)) return;
-                         const size_t table = topology_.nodes[node].size() * localRanks * sizeof(uint64_t);
-                         std::memcpy(into + placed, payloadOf(frames_.frame(node)) + sizeof(uint64_t) + table + inFrame,
-                                     sent * element);
+                         std::memcpy(into + placed, sendsInFrame(node) + inFrame, sent * element);
                        });
 }
 
+// The sends in node `node`'s frame, behind its flag and its table of counts.
+const char* AllToAllAcrossNodes::sendsInFrame(size_t node) {
+  const size_t table = topology_.nodes[node].size() * topology_.nodes[topology_.node].size() * sizeof(uint64_t);
+  return payloadOf(frames_.frame(node)) + sizeof(uint64_t) + table;
+}
+
 // Our parts from the nodes that sent in frames, out of `data` (laid out by
-// packFromFrames); the first whose count is not the one we expect is named.
+// packFromFrames), or, where `data` is null, out of the frames themselves;
+// the first whose count is not the one we expect is named.
 std::string AllToAllAcrossNodes::takePartsFromFrames(const Call& call, const Counts& counts, Handout& handout,
                                       const char* data, bool compact,
-                                      const std::vector<const Transfer*>& receiveFrom) const {
+                                      const std::vector<const Transfer*>& receiveFrom) {
   const size_t element = datatypeSize(call.datatype);
   std::string mismatch;
   forEachPartFromNodes(counts, handout, element, compact,
-                       [&](size_t node, int sender, size_t d, uint64_t sent, size_t, size_t placed) {
+                       [&](size_t node, int sender, size_t d, uint64_t sent, size_t inFrame, size_t placed) {
                          if (static_cast<int>(d) != topology_.localIndex || !handout.sentInFrames(node)) return;
                          const Transfer& receive = *receiveFrom[sender];
+                         const char* part = data != nullptr ? data + placed : sendsInFrame(node) + inFrame;
                          if (sent == receive.count)
-                           std::memcpy(receive.buffer, data + placed, sent * element);
+                           std::memcpy(receive.buffer, part, sent * element);
                          else if (mismatch.empty())  // the sender's call number is not in its frame
                            mismatch = transferMismatch(sender, sent, call.datatype, 0, topology_.rank, receive);
                        });

@@ -11,6 +11,7 @@
 // frames in one broadcast.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -40,22 +41,28 @@ class AllToAllAcrossNodes {
  private:
   struct Counts;
   struct Handout;
+  // Our counts, and our sends where `sendsInSlot` (a rank alone on its
+  // node sends from its own buffers).
   void writeSlot(char* slot, const std::vector<const Transfer*>& sendTo,
-                 const std::vector<const Transfer*>& receiveFrom, const Call& call) const;
+                 const std::vector<const Transfer*>& receiveFrom, const Call& call, bool sendsInSlot) const;
   std::string takeLocalPartsFromSlots(const Step& step, const Counts& counts, const std::vector<const Transfer*>& sendTo,
                                       const std::vector<const Transfer*>& receiveFrom, const Call& call) const;
   bool sendsFitInFrames(const Counts& counts, size_t element) const;
-  void exchangeFrames(const Call& call, const Step& step, const Counts& counts, bool inFrames, Handout& handout);
+  // `sendOf(local rank, to)`: where that rank's send to `to` lies.
+  void exchangeFrames(const Call& call, const Counts& counts, bool inFrames,
+                      const std::function<const char*(size_t, int)>& sendOf, Handout& handout);
+  const char* sendsInFrame(size_t node);
   template <typename Visit>
   size_t forEachPartFromNodes(const Counts& counts, Handout& handout, size_t element, bool compact, Visit visit) const;
   void packFromFrames(const Call& call, const Counts& counts, Handout& handout, char* into, bool compact);
   std::string takePartsFromFrames(const Call& call, const Counts& counts, Handout& handout, const char* data,
-                                  bool compact, const std::vector<const Transfer*>& receiveFrom) const;
+                                  bool compact, const std::vector<const Transfer*>& receiveFrom);
 
   const Topology& topology_;
   NodeCollectives& node_;
   LeaderFrames& frames_;
   BetweenNodes& network_;
+  std::vector<char> handoutStorage_;  // a Handout's bytes, kept from call to call
 };
 
 }  // namespace mojoccl
