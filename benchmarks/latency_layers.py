@@ -13,6 +13,10 @@ alternating round by round:
   mojocclWireSendRecv             the provider's own swap of one message each way on the same endpoint
   MPI_Allreduce, MPI_Sendrecv     Open MPI (mpi4py) on the same TCP
 
+and then every other collective three ways, SIZE bytes in all per rank:
+through dist.*, through libmojoccl alone (ctypes), and Open MPI's own
+(all_gather, reduce_scatter, broadcast from rank 0, all_to_all).
+
 Run under Open MPI with its TCP transport:
 
     mpirun -np 2 --bind-to none --mca pml ob1 --mca btl self,tcp \\
@@ -22,8 +26,10 @@ Prints each layer's median per-call time in microseconds: the median over
 ROUNDS rounds of each round's median of CALLS calls (and the rounds' spread).
 """
 
+import ctypes
 import os
 import statistics
+import warnings
 import sys
 import time
 
@@ -47,9 +53,10 @@ def main():
     import torch.distributed as dist
 
     import torch_mojo
-    from torch_mojo.mojoccl import Library
+    from torch_mojo.mojoccl import Library, datatype_of
 
     torch.set_num_threads(1)
+    warnings.filterwarnings("ignore", category=FutureWarning)  # all_gather_into_tensor's new name
     torch_mojo.register_mojo_devices()
     dist.init_process_group("mojo")
     mpi = MPI.COMM_WORLD
@@ -59,8 +66,8 @@ def main():
     comm_fabric_frames = library.init(2, mpi.bcast(library.unique_id() if rank == 0 else None, root=0), rank)
     del os.environ["MOJOCCL_NET_FRAMES"]
 
-    count = max(1, size // 4)
-    tensor, received = torch.ones(count), torch.empty(count)
+    count = max(2, size // 4) // 2 * 2  # halves for the all-gather's and reduce-scatter's parts
+    tensor, received, half = torch.ones(count), torch.empty(count), torch.ones(count // 2)
     array, result = np.ones(count, dtype=np.float32), np.empty(count, dtype=np.float32)
     backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
     blocking, asynchronous = dist.AllreduceOptions(), dist.AllreduceOptions()
@@ -78,6 +85,25 @@ def main():
         "MPI_Allreduce": lambda: mpi.Allreduce(array, result),
         "MPI_Sendrecv": lambda: mpi.Sendrecv(array, peer, recvbuf=result, source=peer),
     }
+    # The all-to-all's counts built once, as the process group passes them.
+    parts = (ctypes.c_size_t * 2)(count // 2, count // 2)
+    offsets = (ctypes.c_size_t * 2)(0, count // 2)
+    float32 = datatype_of(tensor)
+    layers.update({
+        "dist.all_gather_into_tensor": lambda: dist.all_gather_into_tensor(received, half),
+        "ncclAllGather": lambda: library.all_gather(comm, half, received),
+        "MPI_Allgather": lambda: mpi.Allgather(array[: count // 2], result),
+        "dist.reduce_scatter_tensor": lambda: dist.reduce_scatter_tensor(half, tensor),
+        "ncclReduceScatter": lambda: library.reduce_scatter(comm, tensor, half),
+        "MPI_Reduce_scatter_block": lambda: mpi.Reduce_scatter_block(array, result[: count // 2]),
+        "dist.broadcast": lambda: dist.broadcast(tensor, 0),
+        "ncclBroadcast": lambda: library.broadcast(comm, tensor, 0),
+        "MPI_Bcast": lambda: mpi.Bcast(array, 0),
+        "dist.all_to_all_single": lambda: dist.all_to_all_single(received, tensor),
+        "ncclAllToAllv": lambda: library.check(library.lib.ncclAllToAllv(
+            tensor.data_ptr(), parts, offsets, received.data_ptr(), parts, offsets, float32, comm, None)),
+        "MPI_Alltoall": lambda: mpi.Alltoall(array, result),
+    })
     medians = {name: [] for name in layers}
     for _ in range(ROUNDS):
         for name, call in layers.items():
@@ -91,7 +117,7 @@ def main():
                 times.append(time.perf_counter_ns() - start)
             medians[name].append(statistics.median(times) / 1000)
     if rank == 0:
-        print(f"# one {size}-byte exchange between 2 nodes, per call: median of {ROUNDS} rounds of {calls} calls (us)")
+        print(f"# {size} bytes per rank between 2 nodes, per call: median of {ROUNDS} rounds of {calls} calls (us)")
         for name, values in medians.items():
             print(f"{name:32s} {statistics.median(values):7.1f}   ({min(values):.1f}-{max(values):.1f})")
     library.lib.ncclCommDestroy(comm)

@@ -13,7 +13,9 @@
 #     and unset, under torchrun and mp.spawn, mojo against gloo;
 #   latency: one small all-reduce between 2 nodes through each layer
 #     (dist.all_reduce, the process group, libmojoccl, the provider's own
-#     swap) next to Open MPI's, at 8 B and 4 KiB (benchmarks/latency_layers.py);
+#     swap) next to Open MPI's, and every other collective through dist.*
+#     and libmojoccl next to Open MPI's, at 8 B, 4 KiB and 64 KiB
+#     (benchmarks/latency_layers.py);
 #   small: every collective from 8 B to 1 MiB between 2 nodes of 1 rank and
 #     2 nodes of 2 ranks, dist.* next to Open MPI in each run, the leaders'
 #     frames on their sockets and on the fabric (MOJOCCL_NET_FRAMES), 5
@@ -88,7 +90,7 @@ threads() {
 }
 
 latency() {
-  for size in 8 4096; do
+  for size in 8 4096 65536; do
     mpirun -np 2 --bind-to none --mca pml ob1 --mca btl self,tcp "$bin/python" benchmarks/latency_layers.py $size
   done | tee "$out/latency-layers.txt"
 }
