@@ -18,8 +18,9 @@
 #     (benchmarks/latency_layers.py);
 #   small: every collective from 8 B to 1 MiB between 2 nodes of 1 rank and
 #     2 nodes of 2 ranks, dist.* next to Open MPI in each run, the leaders'
-#     frames on their sockets and on the fabric (MOJOCCL_NET_FRAMES), 5
-#     rounds alternating; medians and spreads by benchmarks/rounds.py;
+#     frames on their sockets and on the fabric (MOJOCCL_NET_FRAMES), and
+#     2 nodes of 1 rank under torchrun; 5 rounds alternating; medians and
+#     spreads by benchmarks/rounds.py;
 #   deterministic: all_reduce and reduce_scatter with MOJOCCL_DETERMINISTIC=1
 #     and without, 5 rounds alternating: 2 ranks in one node (mojo) and as 2
 #     nodes (mojo+fabric), 2 nodes of 2 ranks.
@@ -108,6 +109,9 @@ small() {
         --mca btl self,tcp "$bin/python" -m torch_mojo.bench --backends mojo+fabric,mpi --ranks-per-node 2 \
         --sizes 8,4K,64K,1M --output "$runs/2x2-frames-on-$frames-round$round" > /dev/null
     done
+    # What a user who launches with torchrun gets, against this round's Open MPI.
+    "$bin/torchrun" --standalone --nproc-per-node=2 -m torch_mojo.bench --backends mojo+fabric \
+      --sizes 8,4K,64K,1M --output "$runs/1x1-torchrun-vs-1x1-frames-on-socket-round$round" > /dev/null
   done
   "$bin/python" benchmarks/rounds.py "$runs"/*.csv | tee "$out/small-messages.txt"
   rm -r "$runs"

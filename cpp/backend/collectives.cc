@@ -149,7 +149,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::reduce(std::vector<at::Tensor>&
   at::Tensor buffer = tensor.contiguous();
   return enqueue(
       OpType::REDUCE, "nccl:reduce",
-      describe("reduce", tensor, c10::str(reduceOpName(opts.reduceOp.op_), " root ", root).c_str()),
+      describe("reduce", tensor, (std::string(reduceOpName(opts.reduceOp.op_)) + " root " + std::to_string(root)).c_str()),
       tensors, tensors,
       [buffer, op, root](Communicator& comm) {
         comm.reduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), ncclDatatypeOf(buffer), op,
@@ -232,7 +232,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::broadcast(std::vector<at::Tenso
   at::Tensor buffer = tensor.contiguous();
   return enqueue(
       OpType::BROADCAST, "nccl:broadcast",
-      describe("broadcast", tensor, c10::str("root ", root).c_str()), tensors, tensors,
+      describe("broadcast", tensor, ("root " + std::to_string(root)).c_str()), tensors, tensors,
       [buffer, root](Communicator& comm) {
         comm.broadcast(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), ncclDatatypeOf(buffer),
                         root);
@@ -361,7 +361,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::gather(
   if (rank_ != root) {
     TORCH_CHECK_VALUE(outputs.empty() || outputs[0].empty(),
                       "gather: only the root (rank ", root, ") passes a gather list");
-    return enqueue(OpType::GATHER, "nccl:gather", describe("gather", input, c10::str("root ", root).c_str()),
+    return enqueue(OpType::GATHER, "nccl:gather", describe("gather", input, ("root " + std::to_string(root)).c_str()),
                    inputs, {},
                    [source, root](Communicator& comm) { sendTensor(comm, source, root); });
   }
@@ -373,7 +373,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::gather(
     buffers.push_back(writableBuffer(target));
   }
   return enqueue(
-      OpType::GATHER, "nccl:gather", describe("gather", input, c10::str("root ", root).c_str()),
+      OpType::GATHER, "nccl:gather", describe("gather", input, ("root " + std::to_string(root)).c_str()),
       inputs, targets,
       [buffers, root](Communicator& comm) {
         comm.group([&] {
@@ -398,7 +398,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::scatter(
     TORCH_CHECK_VALUE(inputs.empty() || inputs[0].empty(),
                       "scatter: only the root (rank ", root, ") passes a scatter list");
     return enqueue(
-        OpType::SCATTER, "nccl:scatter", describe("scatter", output, c10::str("root ", root).c_str()),
+        OpType::SCATTER, "nccl:scatter", describe("scatter", output, ("root " + std::to_string(root)).c_str()),
         {}, outputs, [buffer, root](Communicator& comm) { recvTensor(comm, buffer, root); },
         [output, buffer] { copyBack(output, buffer); });
   }
@@ -410,7 +410,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::scatter(
     sources.push_back(input.contiguous());
   }
   return enqueue(
-      OpType::SCATTER, "nccl:scatter", describe("scatter", output, c10::str("root ", root).c_str()),
+      OpType::SCATTER, "nccl:scatter", describe("scatter", output, ("root " + std::to_string(root)).c_str()),
       inputs[0], outputs,
       [sources, root](Communicator& comm) {
         comm.group([&] {

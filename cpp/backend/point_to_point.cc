@@ -21,7 +21,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::send(std::vector<at::Tensor>& t
   at::Tensor tensor = onlyTensor(tensors, "send");
   checkRoot(dstRank, size_, "send: destination");
   at::Tensor source = tensor.contiguous();
-  return enqueue(OpType::SEND, "nccl:send", describe("send", tensor, c10::str("to ", dstRank).c_str()),
+  return enqueue(OpType::SEND, "nccl:send", describe("send", tensor, ("to " + std::to_string(dstRank)).c_str()),
                  tensors, {},
                  [source, dstRank](Communicator& comm) { sendTensor(comm, source, dstRank); },
                  nullptr,
@@ -34,7 +34,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::recv(std::vector<at::Tensor>& t
   checkRoot(srcRank, size_, "recv: source");
   at::Tensor buffer = writableBuffer(tensor);
   return enqueue(
-      OpType::RECV, "nccl:recv", describe("recv", tensor, c10::str("from ", srcRank).c_str()), {},
+      OpType::RECV, "nccl:recv", describe("recv", tensor, ("from " + std::to_string(srcRank)).c_str()), {},
       tensors, [buffer, srcRank](Communicator& comm) { recvTensor(comm, buffer, srcRank); },
       [tensor, buffer] { copyBack(tensor, buffer); }, false, srcRank);
 }

@@ -121,7 +121,7 @@ ProcessGroupMojo::Job ProcessGroupMojo::makeJob(OpType type, const char* profili
   }
   const bool deviceJob = device_ && comm == device_->comm.get();
   auto work = c10::make_intrusive<WorkMojo>(
-      rank_, type, sequence, c10::str("#", sequence, " (", description, ")"), profilingName, inputs,
+      rank_, type, sequence, "#" + std::to_string(sequence) + " (" + description + ")", profilingName, inputs,
       outputs, deviceJob ? std::optional<c10::Device>(device_->device) : std::nullopt);
   Job job{work, std::move(issue), std::move(finish), {}, std::make_shared<CompletionEvent>(), {}};
   job.comm = comm;
@@ -140,8 +140,8 @@ ProcessGroupMojo::Job ProcessGroupMojo::makeJob(OpType type, const char* profili
   const bool isP2P =
       type == OpType::SEND || type == OpType::RECV || type == OpType::RECVANYSOURCE;
   std::string name = profilingName;
-  if (type == OpType::SEND) name += c10::str(" ", rank_, "->", peer);
-  if (type == OpType::RECV) name += c10::str(" ", rank_, "<-", peer);
+  if (type == OpType::SEND) name += " " + std::to_string(rank_) + "->" + std::to_string(peer);
+  if (type == OpType::RECV) name += " " + std::to_string(rank_) + "<-" + std::to_string(peer);
   static std::atomic<size_t> collectives{0}, transfers{0}, ops{0};
   job.recordId = flight_recorder::record(
       groupId_, {getGroupUid(), getGroupDesc()}, isP2P ? 0 : ++collectives, isP2P ? ++transfers : 0,
