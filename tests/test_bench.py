@@ -120,5 +120,10 @@ def test_latency_layers_times_each_layer(tmp_path):
             for line in result.stdout.splitlines() if line and not line.startswith("#")]
     assert [name for name, _ in rows] == [
         "dist.all_reduce", "backend.allreduce(), blocking", "backend.allreduce(), async", "ncclAllReduce",
-        "ncclAllReduce, frames on fabric", "mojocclWireSendRecv", "MPI_Allreduce", "MPI_Sendrecv"], result.stdout
+        "ncclAllReduce, frames on fabric", "mojocclWireSendRecv", "MPI_Allreduce", "MPI_Sendrecv",
+        # every other collective three ways
+        "dist.all_gather_into_tensor", "ncclAllGather", "MPI_Allgather",
+        "dist.reduce_scatter_tensor", "ncclReduceScatter", "MPI_Reduce_scatter_block",
+        "dist.broadcast", "ncclBroadcast", "MPI_Bcast",
+        "dist.all_to_all_single", "ncclAllToAllv", "MPI_Alltoall"], result.stdout
     assert all(time > 0 for _, time in rows), result.stdout
