@@ -7,6 +7,8 @@
 #   make scale-check   the conformance matrix across 8 simulated nodes (slow; what CI runs after `make test`)
 #   make slurm-check   jobs under a real Slurm started on this machine (slow; what CI runs after `make test`)
 #   make clients-check accelerate, the Trainer and Lightning on mojo against gloo (what CI runs after `make test`)
+#   make torchcomms-check torchcomms built once into the cache, torch-mojo's backend for it,
+#                      and training through it (what CI runs after `make test`)
 #   make pytorch-suite PyTorch's own distributed tests on mojo (slow; a subset is in `make test`)
 # A second run reuses the environment and the build.
 
@@ -15,7 +17,7 @@ BIN := $(VENV)/bin
 NPROC ?= 2
 SOURCES := $(shell find cpp kernels modulefiles cmake -type f) CMakeLists.txt pyproject.toml
 
-.PHONY: demo test spack-check package-check scale-check slurm-check clients-check pytorch-suite build setup clean
+.PHONY: demo test spack-check package-check scale-check slurm-check clients-check torchcomms-check pytorch-suite build setup clean
 
 # The trained weights go to build/, out of the source tree.
 demo: build
@@ -51,6 +53,16 @@ slurm-check: build
 clients-check: build
 	$(BIN)/pip install --quiet -r requirements-clients.txt -c requirements-dev.txt
 	$(BIN)/python -m pytest tests -m clients
+
+# torchcomms 0.3.0 from ../shared/vendor, built once into the cache (about
+# seven minutes the first time) and installed into .venv; torch-mojo rebuilt
+# with its torchcomms backend; the tests marked torchcomms.
+torchcomms-check: build
+	TORCH_MOJO_TORCHCOMMS_SOURCE=$$(scripts/build-torchcomms.sh $(VENV)) && \
+	  TORCH_MOJO_TORCHCOMMS_SOURCE=$$TORCH_MOJO_TORCHCOMMS_SOURCE \
+	  $(BIN)/python -m pip install --no-build-isolation --no-deps -e . \
+	  --config-settings=cmake.define.TORCH_MOJO_TORCHCOMMS_SOURCE=$$TORCH_MOJO_TORCHCOMMS_SOURCE
+	$(BIN)/python -m pytest tests -m torchcomms
 
 # PyTorch's DistributedTest at 2 and 3 ranks on mojo (about 24 and 38 minutes).
 pytorch-suite: build

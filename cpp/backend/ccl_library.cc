@@ -19,11 +19,12 @@ void resolve(void* handle, const std::string& path, const char* name, Function& 
   slot = reinterpret_cast<Function>(symbol);
 }
 
-// The directory this module (torch_mojo/_C*.so) was loaded from.
-std::string moduleDirectory() {
+// The directory this library (torch_mojo/lib/libtorch_mojo_backend.so) was
+// loaded from, where libmojoccl.so lies beside it.
+std::string libraryDirectory() {
   Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&moduleDirectory), &info) == 0 || info.dli_fname == nullptr)
-    throw std::runtime_error("cannot tell where the torch_mojo._C module was loaded from");
+  if (dladdr(reinterpret_cast<void*>(&libraryDirectory), &info) == 0 || info.dli_fname == nullptr)
+    throw std::runtime_error("cannot tell where libtorch_mojo_backend.so was loaded from");
   std::string file = info.dli_fname;
   return file.substr(0, file.find_last_of('/'));
 }
@@ -84,7 +85,7 @@ std::shared_ptr<CclLibrary> hostCollectiveLibrary() {
   static std::once_flag once;
   static std::shared_ptr<CclLibrary> library;
   std::call_once(once, [] {
-    library = std::make_shared<CclLibrary>(moduleDirectory() + "/lib/libmojoccl.so", "mojoccl");
+    library = std::make_shared<CclLibrary>(libraryDirectory() + "/libmojoccl.so", "mojoccl");
   });
   return library;
 }

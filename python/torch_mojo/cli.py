@@ -13,7 +13,7 @@ def info() -> dict:
     """What `torch-mojo info` reports, as data (`--json` prints it)."""
     import torch
 
-    from torch_mojo import fabric_info, libraries
+    from torch_mojo import fabric_info, libraries, torchcomms
     from torch_mojo._paths import package_dir
     from torch_mojo.env import VARIABLES, review_environment
 
@@ -45,12 +45,27 @@ def info() -> dict:
                                  for device, lookup in libraries.collective_libraries().items()},
         "libfabric": {**fabric.to_dict(), **fabric_details,
                       "between_nodes": fabric_info.fabric_provider_choice(fabric_details.get("providers", []))},
+        "torchcomms": torchcomms.status(),
         "cache_dir": cache_dir(),
         "environment": {
             "set": review.known, "unknown": review.unknown, "invalid": review.invalid,
             "at_default": [variable.name for variable in VARIABLES if variable.name not in review.known],
         },
     }
+
+
+def torchcomms_line(status: dict) -> str:
+    """torch's second front door, in one line (info and the doctor)."""
+    switch = "on" if status["switch"] == "1" else "off"
+    if status["installed"] is None:
+        return (f"torchcomms: not installed (TORCH_DISTRIBUTED_USE_TORCHCOMMS {switch}: "
+                "torch takes the c10d path)")
+    backend = (f"backend mojo built against {status['backend_built_with']}" if status["backend_built_with"]
+               else "backend mojo not built")
+    registered = "registered" if status["entry_point"] else "NOT registered (reinstall torch-mojo)"
+    line = (f"torchcomms {status['installed']}: {backend}, entry point {registered}; "
+            f"TORCH_DISTRIBUTED_USE_TORCHCOMMS {switch}")
+    return line + (f"\n  PROBLEM: {status['problem']}" if status["problem"] else "")
 
 
 def _print_info(report: dict) -> None:
@@ -79,6 +94,7 @@ def _print_info(report: dict) -> None:
               + ("offered" if choice["offered"] else "NOT offered here; set MOJOCCL_FABRIC_PROVIDER to one of the above"))
     else:
         print(f"libfabric: {fabric['source']}; searched {', '.join(fabric['searched'])}")
+    print(torchcomms_line(report["torchcomms"]))
     print(f"cache dir: {report['cache_dir']}")
     environment = report["environment"]
     print("environment:")

@@ -12,6 +12,9 @@ Usage: collectives.py [--quick] [--device]
             of tests/emulated_device when EMULATED_DEVICE_LIBRARY is set),
             without gloo, the CPU pool, Work timeouts or mismatches (a
             vendor library reports those by ending the run)
+With TORCH_DISTRIBUTED_USE_TORCHCOMMS=1 (torch's torchcomms path) there is
+no gloo group to compare with: torch makes every subgroup by splitting the
+default group's communicator, so a "gloo" subgroup would be mojo again.
 Prints "checked N cases (G also on gloo)" and exits 1 listing the failures.
 """
 
@@ -59,6 +62,9 @@ DEVICE = torch.device("cpu")
 
 def ops_for(dtype):
     return [name for name in OPS if not (dtype == torch.bool and name == "avg")]
+
+
+THROUGH_TORCHCOMMS = os.environ.get("TORCH_DISTRIBUTED_USE_TORCHCOMMS") == "1"
 
 
 def gloo_supports(dtype, op=None):
@@ -131,7 +137,7 @@ class Matrix:
     def __init__(self, rank, world):
         self.rank = rank
         self.world = world
-        self.gloo = dist.new_group(backend="gloo")
+        self.gloo = None if THROUGH_TORCHCOMMS else dist.new_group(backend="gloo")
         # Ranks on several "nodes" (MOJOCCL_HOSTID): reductions then combine
         # node by node, not in rank order.
         hosts = [None] * world
@@ -162,7 +168,7 @@ class Matrix:
             self.fail(name, f"raised\n{traceback.format_exc()}")
             return
         self.same(name, ours, expected, self.placement_tolerance(dtype, expected, scale))
-        if on_gloo and gloo_supports(dtype, op) and DEVICE.type == "cpu":
+        if on_gloo and self.gloo is not None and gloo_supports(dtype, op) and DEVICE.type == "cpu":
             self.on_gloo += 1
             try:
                 theirs = run(self.gloo)
@@ -358,7 +364,8 @@ def check_all_gather(m, sizes):
             dist.all_gather_coalesced(outputs, inputs[m.rank], group=group)
             return [tensor for per_rank in outputs for tensor in per_rank]
 
-        m.case(f"all_gather_coalesced {dtype}", coalesced, [t for per_rank in inputs for t in per_rank], dtype)
+        if not THROUGH_TORCHCOMMS:  # its _BackendWrapper takes one output list
+            m.case(f"all_gather_coalesced {dtype}", coalesced, [t for per_rank in inputs for t in per_rank], dtype)
 
 
 def check_gather_scatter(m):
@@ -553,7 +560,9 @@ def check_point_to_point(m):
             received[dist.recv(tensor, group=group)] = tensor
         return [received[sender] for sender in sorted(received)]
 
-    if DEVICE.type != "cpu":
+    # torchcomms has no receive without a source (its _BackendWrapper
+    # refuses it), and no device tensor may take one.
+    if DEVICE.type != "cpu" or THROUGH_TORCHCOMMS:
         return
     if m.spans_nodes:
         if m.rank == 0:
@@ -695,7 +704,9 @@ def check_work(m):
     work.wait()
     m.same("dropped tensor", work.get_future().value(), [torch.full((200_000,), total)])
 
-    if m.world >= 2:
+    # torchcomms' _BackendWrapper refuses a wait with a timeout, and its
+    # future completes whether the call failed or not (docs/integrations.md).
+    if m.world >= 2 and not THROUGH_TORCHCOMMS:
         # wait(timeout=...) raises while the collective still runs; it then
         # completes normally.
         tensor = torch.ones(4)
@@ -708,10 +719,12 @@ def check_work(m):
                      lambda: work.wait(timeout=datetime.timedelta(milliseconds=100)))
             work.wait()
             m.same("completes after a wait timeout", [tensor], [torch.full((4,), float(m.world))])
+    if m.world >= 2:
         # Errors surface in wait() and in the future.
         work = dist.all_reduce(torch.ones(4 + m.rank), async_op=True)
         m.raises("error in wait()", RuntimeError, "collective mismatch", work.wait)
-        m.raises("error in the future", RuntimeError, "collective mismatch", work.get_future().wait)
+        if not THROUGH_TORCHCOMMS:
+            m.raises("error in the future", RuntimeError, "collective mismatch", work.get_future().wait)
 
 
 def check_shared_pool(m):
@@ -779,8 +792,9 @@ def check_shared_pool(m):
             and shared.stats()["allocated_bytes"] == during, f"{before} {during}")
     del inside, outside
     backend = dist.group.WORLD._get_backend(torch.device("cpu"))
-    m.check("allocate_tensor (torch's hook)", backend.supports_tensor_alloc(torch.device("cpu")) and
-            backend.allocate_tensor(10, dtype=torch.int32, device=torch.device("cpu")).numel() == 10)
+    if not THROUGH_TORCHCOMMS:  # its _BackendWrapper allocates no tensors
+        m.check("allocate_tensor (torch's hook)", backend.supports_tensor_alloc(torch.device("cpu")) and
+                backend.allocate_tensor(10, dtype=torch.int32, device=torch.device("cpu")).numel() == 10)
 
 
 def check_bad_input(m):
@@ -807,8 +821,9 @@ def check_bad_input(m):
     sparse = sparse_input(m.rank, torch.float32, 0)
     m.raises("all_reduce sparse max", ValueError, "supports ReduceOp.SUM only",
              lambda: dist.all_reduce(sparse, op=dist.ReduceOp.MAX))
-    m.raises("all_gather_coalesced lists", ValueError, f"needs {m.world} output lists (one per rank)",
-             lambda: dist.all_gather_coalesced([[torch.empty(2)]] * (m.world + 1), [torch.ones(2)]))
+    if not THROUGH_TORCHCOMMS:
+        m.raises("all_gather_coalesced lists", ValueError, f"needs {m.world} output lists (one per rank)",
+                 lambda: dist.all_gather_coalesced([[torch.empty(2)]] * (m.world + 1), [torch.ones(2)]))
     if m.world >= 2:
         # Ranks that disagree all get the same error, and stay usable.
         m.raises("mismatch", RuntimeError, "collective mismatch", lambda: dist.all_reduce(torch.ones(4 + m.rank)))
@@ -926,7 +941,8 @@ def main():
         if not args.device:
             check_sparse_all_reduce(m)
         check_barriers_objects_groups(m)
-        check_coalesced(m)
+        if not THROUGH_TORCHCOMMS:  # its _BackendWrapper takes one tensor a call
+            check_coalesced(m)
         if not args.device:
             check_shared_pool(m)
             check_work(m)
