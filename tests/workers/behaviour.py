@@ -47,20 +47,31 @@ def pending_send(rank):
 def send_then_exit(rank):
     pids = [None, None]
     dist.all_gather_object(pids, os.getpid())
-    sizes = (4, 1 << 20)  # within a node: an entry of the channel, then a buffer of its own
+    # Within a node: an entry of the channel, then two buffers of their own,
+    # both already read once (the receiver has them mapped), so that the
+    # sender's end retires buffers that still hold a message.
+    sizes = (4, 1 << 20, 1 << 20)
     if rank == 0:
-        for count in sizes + (1 << 19,):  # the last one never received
-            dist.send(torch.full((count,), float(count)), 1)
+        for count in sizes[1:]:  # both wait in buffers: the receiver reads after the barrier
+            dist.send(torch.full((count,), -1.0), 1)
+        dist.barrier()
+        dist.barrier()
+        for index, count in enumerate(sizes + (1 << 19,)):  # the last one never received
+            dist.send(torch.full((count,), float(count + index)), 1)
         dist.destroy_process_group()
         return
+    dist.barrier()
+    for count in sizes[1:]:
+        dist.recv(torch.empty(count), 0)
+    dist.barrier()
     deadline = time.monotonic() + 30
     while os.path.exists(f"/proc/{pids[0]}") and time.monotonic() < deadline:
         time.sleep(0.05)
     print(f"sender gone: {not os.path.exists(f'/proc/{pids[0]}')}", flush=True)
-    for count in sizes:
+    for index, count in enumerate(sizes):
         received = torch.empty(count)
         dist.recv(received, 0)
-        print(f"{count}: {'right' if bool((received == count).all()) else 'WRONG'}", flush=True)
+        print(f"{count}: {'right' if bool((received == count + index).all()) else 'WRONG'}", flush=True)
     dist.destroy_process_group()
     left = [name for name in os.listdir("/dev/shm") if f"-p{pids[0]}-" in name or f"-p{pids[1]}-" in name]
     print(f"left in /dev/shm: {left}", flush=True)

@@ -355,12 +355,14 @@ ShmTransport::Buffer ShmTransport::claimOutgoingBuffer(int peer, size_t bytes) {
 }
 
 const char* ShmTransport::incomingBuffer(int peer, uint64_t serial, size_t capacity) {
-  // Forget buffers the sender has dropped, but the one to read now: a sender
-  // that ended retires the buffer of its last message too.
+  // Forget buffers the sender has dropped, but any that still holds a
+  // message: a sender that ended retires every buffer, read or not, and
+  // the name of one this rank has mapped is gone (unlinked below).
   auto key = std::make_pair(peer, serial);
   for (auto it = incoming_.begin(); it != incoming_.end();) {
     auto* header = reinterpret_cast<BufferHeader*>(it->second.data());
-    bool dropped = it->first != key && header->retired.load(std::memory_order_acquire);
+    bool dropped = it->first != key && header->retired.load(std::memory_order_acquire) &&
+                   header->busy.load(std::memory_order_acquire) == 0;
     it = dropped ? incoming_.erase(it) : std::next(it);
   }
   auto found = incoming_.find(key);
