@@ -58,11 +58,10 @@ clients-check: build
 # seven minutes the first time) and installed into .venv; torch-mojo rebuilt
 # with its torchcomms backend; the tests marked torchcomms.
 torchcomms-check: build
-	TORCH_MOJO_TORCHCOMMS_SOURCE=$$(scripts/build-torchcomms.sh $(VENV)) && \
-	  TORCH_MOJO_TORCHCOMMS_SOURCE=$$TORCH_MOJO_TORCHCOMMS_SOURCE \
-	  $(BIN)/python -m pip install --no-build-isolation --no-deps -e . \
-	  --config-settings=cmake.define.TORCH_MOJO_TORCHCOMMS_SOURCE=$$TORCH_MOJO_TORCHCOMMS_SOURCE
-	$(BIN)/python -m pytest tests -m torchcomms
+	source=$$(scripts/build-torchcomms.sh $(VENV)) && \
+	  TORCH_MOJO_TORCHCOMMS_SOURCE=$$source $(BIN)/python -m pip install --no-build-isolation --no-deps -e . \
+	    --config-settings=cmake.define.TORCH_MOJO_TORCHCOMMS_SOURCE=$$source && \
+	  TORCH_MOJO_TORCHCOMMS_SOURCE=$$source $(BIN)/python -m pytest tests -m torchcomms --durations=10
 
 # PyTorch's DistributedTest at 2 and 3 ranks on mojo (about 24 and 38 minutes).
 pytorch-suite: build

@@ -31,7 +31,14 @@ DistributedSampler (reshuffled each epoch with set_epoch) in every variant.
                            Join keeps the early finishers in the all-reduces.
 - many buckets:            1 KB buckets with gradient_as_bucket_view=True:
                            many all-reduces per backward, gradients in place.
+
+Through torchcomms (TORCH_DISTRIBUTED_USE_TORCHCOMMS=1) there is no gloo
+group to compare with: each variant trains once, and `--save DIR` keeps its
+state dict for a comparison with a run through c10d.
 """
+
+import argparse
+import os
 
 from torch_mojo.distributed import use_local_rank_gpu
 
@@ -144,15 +151,34 @@ def largest_difference(ours, theirs):
     return worst.item()
 
 
+def through_torchcomms():
+    """torch's torchcomms path (TORCH_DISTRIBUTED_USE_TORCHCOMMS=1 with
+    torchcomms installed) makes every subgroup by splitting the default
+    group's communicator: a gloo group beside a mojo one cannot be made."""
+    enabled = getattr(dist.distributed_c10d, "_use_torchcomms_enabled", None)
+    return enabled is not None and enabled()
+
+
 def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--save", metavar="DIR", help="rank 0 saves each variant's trained state dict here")
+    args = parser.parse_args()
     device = torch.accelerator.current_accelerator() or torch.device("cpu")
     dist.init_process_group(backend=dist.get_default_backend_for_device(device))
     rank = dist.get_rank()
-    gloo = dist.new_group(backend="gloo")
+    gloo = None if through_torchcomms() else dist.new_group(backend="gloo")
     if rank == 0:
-        print(f"backend {dist.get_backend()}, {dist.get_world_size()} ranks, each variant against gloo")
+        against = "each variant against gloo" if gloo else "through torchcomms, no gloo group to compare with"
+        print(f"backend {dist.get_backend()}, {dist.get_world_size()} ranks, {against}")
     for name, (ddp_options, loop_options) in VARIANTS.items():
         ours = train(None, device, ddp_options, **loop_options)
+        if args.save and rank == 0:
+            os.makedirs(args.save, exist_ok=True)
+            torch.save(ours, os.path.join(args.save, name.replace(" ", "_").replace(",", "") + ".pt"))
+        if gloo is None:
+            if rank == 0:
+                print(f"{name:24s} trained", flush=True)
+            continue
         theirs = train(gloo, device, ddp_options, **loop_options)
         worst = largest_difference(ours, theirs)
         if rank == 0:

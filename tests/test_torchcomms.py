@@ -6,6 +6,7 @@ and runs them. The unmarked ones run in `make test` without torchcomms.
 """
 
 import importlib.util
+import os
 import re
 
 import pytest
@@ -100,3 +101,81 @@ def test_torchcomms_own_calls_on_mojo():
     results = run_worker("torchcomms_api", 3, timeout=180)
     for result in results:
         assert "torchcomms api: all checked" in result.stdout, result.stdout
+
+
+def both_ways(script, nproc, *args, cwd=None, timeout=300):
+    """stdout of the example through c10d, then through torchcomms."""
+    command = [str(EXAMPLES / script), *map(str, args)]
+    c10d, _ = run_torchrun(command, nproc, cwd=cwd, timeout=timeout)
+    comms, stderr = run_torchrun(command, nproc, env=SWITCH, cwd=cwd, timeout=timeout)
+    assert stderr.count(TORCH_TAKES_TORCHCOMMS) == nproc, stderr[-3000:]
+    return c10d, comms
+
+
+def without_times(stdout):
+    return [re.sub(r"in +[0-9.]+ s", "", line) for line in stdout.splitlines() if not line.startswith("[TRACE]")]
+
+
+@pytest.mark.torchcomms
+@needs_torchcomms
+@pytest.mark.parametrize("script, nproc, args", [
+    ("train_fsdp2.py", 2, ["--steps", 30, "--log-every", 10]),
+    ("tensor_parallel.py", 4, []),  # TP, TP+FSDP, HSDP
+    ("pipeline.py", 4, []),         # GPipe, 1F1B
+    ("compile.py", 2, []),          # functional collectives, DTensor
+])
+def test_each_example_prints_what_it_prints_through_c10d(script, nproc, args):
+    c10d, comms = both_ways(script, nproc, *args)
+    assert without_times(comms) == without_times(c10d) and len(without_times(c10d)) >= 2
+
+
+@pytest.mark.torchcomms
+@needs_torchcomms
+def test_ddp_options_train_the_same_weights_through_torchcomms(tmp_path):
+    import torch
+
+    script = str(EXAMPLES / "ddp_features.py")
+    run_torchrun([script, "--save", str(tmp_path / "c10d")], 4, cwd=tmp_path)
+    comms, _ = run_torchrun([script, "--save", str(tmp_path / "comms")], 4, env=SWITCH, cwd=tmp_path)
+    assert "through torchcomms, no gloo group to compare with" in comms
+    saved = sorted(path.name for path in (tmp_path / "c10d").iterdir())
+    assert len(saved) == 9 and saved == sorted(path.name for path in (tmp_path / "comms").iterdir())
+    for name in saved:
+        ours, theirs = torch.load(tmp_path / "comms" / name), torch.load(tmp_path / "c10d" / name)
+        assert all(torch.equal(ours[key], theirs[key]) for key in theirs), name
+
+
+@pytest.mark.torchcomms
+@needs_torchcomms
+def test_a_checkpoint_saved_through_torchcomms_resumes_through_c10d(tmp_path):
+    first = run_torchrun([str(EXAMPLES / "checkpoint.py"), "--save", str(tmp_path / "ckpt"), "--at", "5",
+                          "--steps", "10"], 2, env=SWITCH, cwd=tmp_path)[0]
+    resumed = run_torchrun([str(EXAMPLES / "checkpoint.py"), "--resume", str(tmp_path / "ckpt"), "--at", "5",
+                            "--steps", "10"], 2, cwd=tmp_path)[0]
+    assert "resumed step 5" in resumed and losses_by_step(resumed) == losses_by_step(first)
+    assert len(losses_by_step(first)) == 5  # steps 6 to 10, after the save
+
+
+def losses_by_step(stdout):
+    return [line for line in stdout.splitlines() if line.startswith("step")]
+
+
+@pytest.mark.torchcomms
+@needs_torchcomms
+@pytest.mark.parametrize("world_size", [2])
+def test_torchcomms_own_tests_pass_on_mojo(world_size):
+    """torchcomms' integration tests with TEST_BACKEND=mojo: every one that
+    applies to CPU tensors passes or is skipped by torchcomms itself."""
+    import subprocess
+    import sys
+
+    source = os.environ.get("TORCH_MOJO_TORCHCOMMS_SOURCE")
+    if not source:
+        pytest.skip("TORCH_MOJO_TORCHCOMMS_SOURCE (torchcomms' source tree) is not set: make torchcomms-check sets it")
+    done = subprocess.run([sys.executable, "-m", "tests.torchcomms_suite.run", "--source", source,
+                           "--world-size", str(world_size)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=1500, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    summary = done.stdout.strip().splitlines()[-1]
+    assert done.returncode == 0 and " 0 failed" in summary, done.stdout[-8000:]
+    passed = int(re.search(r"(\d+) passed", summary).group(1))
+    assert passed >= 150, summary  # the count in docs/integrations.md, less any torchcomms skips more

@@ -79,7 +79,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::allreduce(std::vector<at::Tenso
   if (tensors.size() == 1 && tensors[0].layout() == at::kSparse) return allreduceSparse(tensors, opts);
   at::Tensor tensor = onlyTensor(tensors, "all_reduce");
   const ncclRedOp_t op = ncclRedOpOf(opts.reduceOp, tensor);
-  at::Tensor buffer = tensor.contiguous();
+  at::Tensor buffer = reductionInput(opts.reduceOp, tensor);
   return enqueue(
       OpType::ALLREDUCE, "nccl:all_reduce",
       describe("all_reduce", tensor, reduceOpName(opts.reduceOp.op_)), tensors, tensors,
@@ -121,7 +121,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::allreduce_coalesced(
   // One collective over all tensors laid end to end.
   std::vector<at::Tensor> flat;
   for (const auto& tensor : tensors) flat.push_back(tensor.reshape({-1}));
-  at::Tensor buffer = at::cat(flat);
+  at::Tensor buffer = reductionInput(opts.reduceOp, at::cat(flat));
   return enqueue(
       OpType::ALLREDUCE_COALESCED, "nccl:allreduce_coalesced",
       describe("allreduce_coalesced", buffer, reduceOpName(opts.reduceOp.op_)), tensors, tensors,
@@ -146,7 +146,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::reduce(std::vector<at::Tensor>&
   checkRoot(opts.rootRank, size_, "reduce");
   const ncclRedOp_t op = ncclRedOpOf(opts.reduceOp, tensor);
   const int root = static_cast<int>(opts.rootRank);
-  at::Tensor buffer = tensor.contiguous();
+  at::Tensor buffer = reductionInput(opts.reduceOp, tensor);
+  const bool isRoot = rank_ == root;
   return enqueue(
       OpType::REDUCE, "nccl:reduce",
       describe("reduce", tensor, (std::string(reduceOpName(opts.reduceOp.op_)) + " root " + std::to_string(root)).c_str()),
@@ -155,7 +156,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::reduce(std::vector<at::Tensor>&
         comm.reduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), ncclDatatypeOf(buffer), op,
                      root);
       },
-      [tensor, buffer] { copyBack(tensor, buffer); }, !opts.asyncOp);
+      // As NCCL's: only the root's tensor takes the result; the others keep theirs.
+      [tensor, buffer, isRoot] { if (isRoot) copyBack(tensor, buffer); }, !opts.asyncOp);
 }
 
 void ProcessGroupMojo::checkReduceScatterFrom(const at::Tensor& output,
@@ -182,7 +184,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::reduce_scatter_tensor_coalesced
   const ncclRedOp_t op = ncclRedOpOf(opts.reduceOp, outputs[0]);
   std::vector<at::Tensor> sources, buffers;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    sources.push_back(inputs[i].contiguous());
+    sources.push_back(reductionInput(opts.reduceOp, inputs[i]));
     buffers.push_back(writableBuffer(outputs[i]));
   }
   std::string description = inputs.size() == 1

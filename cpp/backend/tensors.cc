@@ -64,13 +64,24 @@ ncclRedOp_t ncclRedOpOf(const c10d::ReduceOp& reduceOp, const at::Tensor& tensor
       TORCH_CHECK_TYPE(!isBool, "ReduceOp.AVG is not supported on bool tensors (as with NCCL); "
                                 "use SUM for a logical OR or convert the tensor to an integer type");
       return ncclAvg;
-    case c10d::ReduceOp::PREMUL_SUM:
-      TORCH_CHECK_VALUE(false, "ReduceOp.PREMUL_SUM is not supported by the mojo backend; "
-                               "multiply the tensor by the factor, then reduce with SUM");
+    case c10d::ReduceOp::PREMUL_SUM:  // reductionInput has scaled the input
+      TORCH_CHECK_TYPE(at::isFloatingType(tensor.scalar_type()),
+                       "ReduceOp.PREMUL_SUM takes floating-point tensors (as with NCCL); got ",
+                       dtypeName(tensor));
+      return ncclSum;
     default:
       TORCH_CHECK_VALUE(false, "ReduceOp.", c10::str(reduceOpName(reduceOp.op_)),
                         " is not supported by the mojo backend; use SUM, AVG, PRODUCT, MIN or MAX");
   }
+}
+
+at::Tensor reductionInput(const c10d::ReduceOp& reduceOp, const at::Tensor& input) {
+  if (reduceOp.op_ != c10d::ReduceOp::PREMUL_SUM) return input.contiguous();
+  const auto* factor = dynamic_cast<const c10d::PreMulSumSupplement*>(reduceOp.supplement_.get());
+  TORCH_CHECK_VALUE(factor != nullptr, "ReduceOp.PREMUL_SUM without its factor: make it with "
+                                       "torch.distributed._make_nccl_premul_sum(factor)");
+  if (factor->tensor_factor.defined()) return input.mul(factor->tensor_factor.to(input.device()));
+  return input.mul(factor->double_factor);
 }
 
 void checkRoot(int64_t root, int size, const char* call) {

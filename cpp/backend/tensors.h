@@ -14,6 +14,12 @@
 
 namespace torch_mojo {
 
+// What a reduction sends: for PREMUL_SUM (NCCL's sum of every rank's
+// input times a factor, a number or a one-element tensor) a copy scaled by
+// the factor, which the library then sums; the caller's input stays as it
+// was. Otherwise the input itself, made contiguous.
+at::Tensor reductionInput(const c10d::ReduceOp& reduceOp, const at::Tensor& input);
+
 std::string dtypeName(const at::Tensor& tensor);
 // Raises TypeError for a dtype the library cannot carry.
 ncclDataType_t ncclDatatypeOf(const at::Tensor& tensor);

@@ -3,6 +3,7 @@
 // them on the accelerator's communication stream, and retires them.
 #include "backend/process_group_mojo.hpp"
 
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -237,6 +238,10 @@ void ProcessGroupMojo::runJob(Job& job) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (aborted_) std::rethrow_exception(distBackendError(abortReason_));
   }
+  // Below autograd, as a library that writes device memory directly is:
+  // results land in the caller's tensors (views of a multi-output op's
+  // outputs among them) without counting as in-place autograd operations.
+  at::AutoDispatchBelowADInplaceOrView belowAutograd;
   job.issue(*job.comm);
   if (job.finish) job.finish();
 }

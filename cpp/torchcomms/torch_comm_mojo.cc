@@ -176,15 +176,16 @@ std::shared_ptr<torch::comms::TorchCommBackend> TorchCommMojo::split(
     const std::vector<int>& ranks, const std::string& name,
     const torch::comms::CommOptions& options) {
   if (ranks.empty()) return nullptr;  // not a member of any new group
+  // RuntimeError, as torchcomms documents split's errors.
   std::set<int> distinct;
   for (int rank : ranks) {
-    TORCH_CHECK_VALUE(rank >= 0 && rank < size_, "split: rank ", rank,
-                      " is not a rank of this communicator of ", size_);
-    TORCH_CHECK_VALUE(distinct.insert(rank).second, "split: rank ", rank, " is listed twice");
+    TORCH_CHECK(rank >= 0 && rank < size_, "split: rank ", rank,
+                " is not a rank of this communicator of ", size_);
+    TORCH_CHECK(distinct.insert(rank).second, "split: rank ", rank, " is listed twice");
   }
   auto self = std::find(ranks.begin(), ranks.end(), rank_);
-  TORCH_CHECK_VALUE(self != ranks.end(), "split: rank ", rank_,
-                    " is not in the ranks it passed; a rank outside the new group passes []");
+  TORCH_CHECK(self != ranks.end(), "split: rank ", rank_,
+              " is not in the ranks it passed; a rank outside the new group passes []");
   // The members meet under the name, the group's lowest rank and how many
   // groups of that name it has made: only the members need to call.
   const std::string key = name + "/" + std::to_string(*distinct.begin());

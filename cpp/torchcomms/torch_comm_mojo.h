@@ -136,6 +136,11 @@ class TorchCommMojo : public torch::comms::TorchCommBackend {
   void setHints(std::unordered_map<std::string, std::string> hints) override {
     options_.hints = std::move(hints);
   }
+  // Accepted, and nothing to do: within a node libmojoccl reads peers'
+  // tensors in place through its registered pool, and between nodes the
+  // fabric registers a buffer when it first sends from it.
+  void tensor_register(const at::Tensor& /*tensor*/) override {}
+  void tensor_deregister(const at::Tensor& /*tensor*/) override {}
   bool isAbortSupported() const override { return true; }
   bool isAborted() const override { return aborted_.load(); }
   // Ends the calls in progress (they fail within ~50 ms) and every later one.

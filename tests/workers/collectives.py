@@ -260,6 +260,50 @@ def check_all_reduce(m, sizes):
                            on_gloo=not has_nan, scale=partial_sums_scale(inputs, op))
 
 
+def check_premul_sum(m):
+    """PREMUL_SUM (NCCL's): every rank's input times a factor, a number or a
+    one-element tensor, summed; the inputs stay as they were."""
+    seed = 1500
+    for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
+        for factor in (2.5, torch.tensor([0.5], dtype=dtype)):
+            seed += 1
+            inputs = [make_input(r, 1000, dtype, seed, nan=False) for r in range(m.world)]
+            scaled = [(tensor * factor).to(dtype) for tensor in inputs]
+            expected = reference_reduce(scaled, "sum", m.world)
+            scale = partial_sums_scale(scaled, "sum")
+            kind = "tensor" if isinstance(factor, torch.Tensor) else "number"
+            op = dist._make_nccl_premul_sum(factor)
+
+            def all_reduce(group, inputs=inputs, op=op):
+                tensor = inputs[m.rank].clone()
+                dist.all_reduce(tensor, op=op, group=group)
+                return [tensor]
+
+            def reduce(group, inputs=inputs, op=op):
+                tensor = inputs[m.rank].clone()
+                dist.reduce(tensor, dst=m.world - 1, op=op, group=group)
+                return [tensor]
+
+            def reduce_scatter(group, inputs=inputs, op=op):
+                source = inputs[m.rank].clone()
+                output = torch.empty(1000 // m.world, dtype=dtype) if 1000 % m.world == 0 else None
+                if output is None:
+                    return []
+                dist.reduce_scatter_tensor(output, source, op=op, group=group)
+                return [output, source]
+
+            name = f"{dtype} {kind} factor"
+            m.case(f"all_reduce premul_sum {name}", all_reduce, [expected], dtype, on_gloo=False, scale=scale)
+            mine = expected if m.rank == m.world - 1 else inputs[m.rank]
+            m.case(f"reduce premul_sum {name}", reduce, [mine], dtype, on_gloo=False, scale=scale)
+            if 1000 % m.world == 0:
+                part = expected.chunk(m.world)[m.rank]
+                m.case(f"reduce_scatter_tensor premul_sum {name}", reduce_scatter, [part, inputs[m.rank]],
+                       dtype, on_gloo=False, scale=scale)
+    m.raises("premul_sum on integers", TypeError, "PREMUL_SUM takes floating-point tensors",
+             lambda: dist.all_reduce(torch.ones(4, dtype=torch.int32), op=dist._make_nccl_premul_sum(2.0)))
+
+
 def check_reduce(m):
     seed = 1000
     for dtype in DTYPES:
@@ -798,9 +842,6 @@ def check_shared_pool(m):
 
 
 def check_bad_input(m):
-    tensor = torch.ones(4)
-    m.raises("premul_sum", ValueError, "PREMUL_SUM is not supported",
-             lambda: dist.all_reduce(tensor, op=dist._make_nccl_premul_sum(2.0)))
     m.raises("bool avg", TypeError, "AVG is not supported on bool",
              lambda: dist.all_reduce(torch.ones(4, dtype=torch.bool), op=dist.ReduceOp.AVG))
     m.raises("float8 dtype", TypeError, "does not support float8_e4m3fn",
@@ -932,6 +973,7 @@ def main():
     else:
         check_all_reduce(m, SIZES)
         check_reduce(m)
+        check_premul_sum(m)
         check_reduce_scatter(m, [0, 3, 100_001])
         check_broadcast(m, [0, 7, 300_003])
         check_all_gather(m, [0, 5, 100_001])

@@ -1,0 +1,21 @@
+"""One rank of one of torchcomms' integration tests, with `mojo` known to
+torch.distributed as a user's script has it (some of the tests call
+init_process_group with TEST_BACKEND): usage `on_mojo.py TEST_FILE`.
+
+The file is loaded first and registered after: some of them set variables
+before they import torchcomms, which registering would import first. Its
+tests then run under unittest, whether or not it has a main guard."""
+
+import runpy
+import sys
+import types
+import unittest
+
+test_file = sys.argv[1]
+module = types.ModuleType("torchcomms_integration_test")
+module.__dict__.update(runpy.run_path(test_file, run_name=module.__name__))
+
+import torch_mojo  # noqa: E402
+
+torch_mojo.register_mojo_devices()
+unittest.main(module=module, argv=[test_file])
