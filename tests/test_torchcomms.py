@@ -44,14 +44,27 @@ def test_a_torchcomms_of_another_version_is_refused_naming_both():
 
 
 def test_info_says_what_torchcomms_would_do():
-    from torch_mojo.cli import torchcomms_line
+    from torch_mojo.torchcomms import status_line
 
-    assert torchcomms_line({"installed": None, "switch": "1"}) == (
+    assert status_line({"installed": None, "switch": "1"}) == (
         "torchcomms: not installed (TORCH_DISTRIBUTED_USE_TORCHCOMMS on: torch takes the c10d path)")
-    line = torchcomms_line({"installed": "0.3.0", "switch": "", "backend_built_with": "0.3.0",
+    line = status_line({"installed": "0.3.0", "switch": "", "backend_built_with": "0.3.0",
                             "entry_point": True, "problem": None})
     assert line == ("torchcomms 0.3.0: backend mojo built against 0.3.0, entry point registered; "
                     "TORCH_DISTRIBUTED_USE_TORCHCOMMS off")
+
+
+def test_the_doctor_stops_a_job_whose_switch_needs_a_backend_not_built():
+    from torch_mojo.doctor.checks import torchcomms_problems
+    from torch_mojo.doctor.job import Job
+    from torch_mojo.torchcomms import _problem
+
+    problem = _problem(installed="0.3.0", built_with=None)
+    facts = {rank: {"torchcomms": {"installed": "0.3.0", "switch": switch, "backend_built_with": None,
+                                   "entry_point": True, "problem": problem}}
+             for rank, switch in ((0, "1"), (1, "1"), (2, ""))}
+    found = torchcomms_problems(Job(facts=facts, missing=[]))
+    assert found == [{"severity": "error", "kind": "libraries", "message": problem, "ranks": [0, 1]}]
 
 
 def test_the_switch_without_torchcomms_keeps_the_c10d_path(tmp_path):

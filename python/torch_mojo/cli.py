@@ -54,21 +54,9 @@ def info() -> dict:
     }
 
 
-def torchcomms_line(status: dict) -> str:
-    """torch's second front door, in one line (info and the doctor)."""
-    switch = "on" if status["switch"] == "1" else "off"
-    if status["installed"] is None:
-        return (f"torchcomms: not installed (TORCH_DISTRIBUTED_USE_TORCHCOMMS {switch}: "
-                "torch takes the c10d path)")
-    backend = (f"backend mojo built against {status['backend_built_with']}" if status["backend_built_with"]
-               else "backend mojo not built")
-    registered = "registered" if status["entry_point"] else "NOT registered (reinstall torch-mojo)"
-    line = (f"torchcomms {status['installed']}: {backend}, entry point {registered}; "
-            f"TORCH_DISTRIBUTED_USE_TORCHCOMMS {switch}")
-    return line + (f"\n  PROBLEM: {status['problem']}" if status["problem"] else "")
-
-
 def _print_info(report: dict) -> None:
+    from torch_mojo import torchcomms
+
     kernels = report["kernels"]
     gpu = (f"GPU kernel for {', '.join(kernels['gpu_kernel'])} (MAX {kernels['max']})" if kernels["gpu_kernel"]
            else "no GPU kernel (MAX was not in the build environment)")
@@ -94,7 +82,7 @@ def _print_info(report: dict) -> None:
               + ("offered" if choice["offered"] else "NOT offered here; set MOJOCCL_FABRIC_PROVIDER to one of the above"))
     else:
         print(f"libfabric: {fabric['source']}; searched {', '.join(fabric['searched'])}")
-    print(torchcomms_line(report["torchcomms"]))
+    print(torchcomms.status_line(report["torchcomms"]))
     print(f"cache dir: {report['cache_dir']}")
     environment = report["environment"]
     print("environment:")

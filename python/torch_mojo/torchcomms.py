@@ -34,14 +34,27 @@ def status() -> dict:
         report["installed"] = importlib.metadata.version("torchcomms")
     except importlib.metadata.PackageNotFoundError:
         pass
-    try:
-        from torch_mojo import _torchcomms
+    from torch_mojo.libraries import build_info
 
-        report["backend_built_with"] = _torchcomms.BUILT_WITH_TORCHCOMMS
-    except ImportError:
-        pass
+    # What the build recorded, without loading the module (which needs
+    # torchcomms' library loaded first).
+    report["backend_built_with"] = build_info().get("torchcomms") or None
     report["problem"] = _problem(report["installed"], report["backend_built_with"])
     return report
+
+
+def status_line(status: dict) -> str:
+    """status(), in one line (torch-mojo info and the doctor)."""
+    switch = "on" if status["switch"] == "1" else "off"
+    if status["installed"] is None:
+        return (f"torchcomms: not installed (TORCH_DISTRIBUTED_USE_TORCHCOMMS {switch}: "
+                "torch takes the c10d path)")
+    backend = (f"backend mojo built against {status['backend_built_with']}" if status["backend_built_with"]
+               else "backend mojo not built")
+    registered = "registered" if status["entry_point"] else "NOT registered (reinstall torch-mojo)"
+    line = (f"torchcomms {status['installed']}: {backend}, entry point {registered}; "
+            f"TORCH_DISTRIBUTED_USE_TORCHCOMMS {switch}")
+    return line + (f"\n  PROBLEM: {status['problem']}" if status["problem"] else "")
 
 
 def _problem(installed: str | None, built_with: str | None) -> str | None:

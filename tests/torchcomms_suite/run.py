@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -61,7 +62,9 @@ def run_file(path, world_size, timeout=400):
                f"--nproc-per-node={world_size}", str(HERE / "on_mojo.py"), str(path)]
     env = {**os.environ, "TEST_BACKEND": "mojo", "TEST_DEVICE": "cpu"}
     try:
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+        # In a directory of its own: the compile tests leave torch_compile_debug/ where they run.
+        with tempfile.TemporaryDirectory() as scratch:
+            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, cwd=scratch)
     except subprocess.TimeoutExpired as expired:
         return None, f"did not finish within {timeout} s", str(expired.stderr or "")
     output = done.stdout + done.stderr

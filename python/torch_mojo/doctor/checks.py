@@ -251,11 +251,24 @@ def ordered(problems: list[dict]) -> list[dict]:
     return sorted(problems, key=lambda item: (item["severity"] != ERROR, KINDS.index(item["kind"]), item["ranks"][:1]))
 
 
+def torchcomms_problems(job: Job) -> list[dict]:
+    """With TORCH_DISTRIBUTED_USE_TORCHCOMMS=1 torch makes every group
+    through torchcomms: a torchcomms that mojo's backend was not built for
+    fails init_process_group on those ranks."""
+    findings = {}
+    for rank, facts in job.facts.items():
+        status = facts.get("torchcomms", {})
+        if status.get("switch") == "1" and status.get("problem"):
+            findings.setdefault((ERROR, "libraries", status["problem"]), []).append(rank)
+    return grouped(findings)
+
+
 def before_measurements(job: Job, timeout: float) -> list[dict]:
     """What the ranks' facts show."""
     found = [*missing_ranks(job, timeout), *reported_by_ranks(job)]
     if job.facts:
-        found += [*shared_cores(job), *fabric_problems(job), *differing_settings(job), *library_problems(job)]
+        found += [*shared_cores(job), *fabric_problems(job), *differing_settings(job), *library_problems(job),
+                  *torchcomms_problems(job)]
     return ordered(found)
 
 

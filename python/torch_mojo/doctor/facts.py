@@ -10,7 +10,7 @@ import ctypes
 import os
 import socket
 
-from torch_mojo import __version__, fabric_info, launcher, libraries
+from torch_mojo import __version__, fabric_info, launcher, libraries, torchcomms
 from torch_mojo.doctor import variables
 
 # libfabric providers that drive a fabric NIC (the others run over
@@ -161,6 +161,7 @@ def gather() -> dict:
         "torch_mojo": __version__, "torch": torch.__version__,
         "bootstrap_interface": environ.get("MOJOCCL_SOCKET_IFNAME") or "auto",
         "environment": environment_of_interest(environ), "cache": cache_facts(),
+        "torchcomms": torchcomms.status(),
     }
     facts.update(device_facts())
     fabric, parameters = fabric_facts(facts["local_rank"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+from torch_mojo import torchcomms
 from torch_mojo.doctor import nccl_log
 from torch_mojo.doctor.checks import nodes_of, rank_ranges
 from torch_mojo.bench_report import human
@@ -64,7 +65,8 @@ def header_lines(job: Job, world_size: int) -> list[str]:
     fabric = first["fabric"]
     lines += ["", f"libfabric: {fabric['library'] or 'none'}" + (f" {fabric['version']}" if fabric["version"] else "")
               + (f"; fabric NICs: {', '.join(fabric['hardware'])}" if fabric["hardware"] else "; no fabric NIC"),
-              f"cache directory: {', '.join(sorted(cache))} ({first['cache']['filesystem']})"]
+              f"cache directory: {', '.join(sorted(cache))} ({first['cache']['filesystem']})",
+              torchcomms.status_line(first["torchcomms"]).split("\n")[0]]
     return lines
 
 
