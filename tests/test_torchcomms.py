@@ -175,6 +175,7 @@ def losses_by_step(stdout):
 
 @pytest.mark.torchcomms
 @needs_torchcomms
+@pytest.mark.timeout(1500)  # about 7.5 minutes here: 48 torchrun jobs
 @pytest.mark.parametrize("world_size", [2])
 def test_torchcomms_own_tests_pass_on_mojo(world_size):
     """torchcomms' integration tests with TEST_BACKEND=mojo: every one that
@@ -187,8 +188,24 @@ def test_torchcomms_own_tests_pass_on_mojo(world_size):
         pytest.skip("TORCH_MOJO_TORCHCOMMS_SOURCE (torchcomms' source tree) is not set: make torchcomms-check sets it")
     done = subprocess.run([sys.executable, "-m", "tests.torchcomms_suite.run", "--source", source,
                            "--world-size", str(world_size)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=1500, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          timeout=1400, env={**os.environ, "PYTHONPATH": str(ROOT)})
     summary = done.stdout.strip().splitlines()[-1]
     assert done.returncode == 0 and " 0 failed" in summary, done.stdout[-8000:]
     passed = int(re.search(r"(\d+) passed", summary).group(1))
     assert passed >= 220, summary  # 223 in docs/integrations.md
+
+
+@pytest.mark.torchcomms
+@needs_torchcomms
+def test_a_dead_rank_is_dropped_and_a_new_one_joins_through_reconfigure():
+    results = run_worker("torchcomms_reconfigure", 4, env={"TORCH_MOJO_BACKEND_PG_WATCHDOG": "raise"},
+                         check=False, timeout=240)
+    survivors, dead = results[:3], results[3]
+    assert dead.returncode == -9, dead.stderr[-3000:]
+    for result in survivors:
+        assert result.returncode == 0, result.stdout + result.stderr[-4000:]
+        assert "round 2: failed in" in result.stdout, result.stdout
+        for round_name, size in (("round 1", 4), ("round 2", 3), ("round 3", 4)):
+            assert f"{round_name}: rank {result.rank} of {size}: right" in result.stdout, result.stdout
+    assert "round 3 (joiner): rank 3 of 4: right" in survivors[0].stdout, survivors[0].stdout
+    assert "joiner exit 0" in survivors[0].stdout

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <set>
 
+#include <unistd.h>
+
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -109,12 +111,7 @@ TorchCommMojo::~TorchCommMojo() {
 
 void TorchCommMojo::init(at::Device device, const std::string& name,
                          const torch::comms::CommOptions& options) {
-  TORCH_CHECK(!group_, "the mojo communicator '", name_, "' is already initialised");
-  TORCH_CHECK_NOT_IMPLEMENTED(!options.enable_reconfigure,
-                              "the mojo torchcomms backend does not support reconfigure yet");
-  const auto [rank, size] = torch::comms::query_ranksize();
-  std::vector<uint64_t> globalRanks;
-  for (int each = 0; each < size; ++each) globalRanks.push_back(each);
+  TORCH_CHECK(!group_ && handle_.empty(), "the mojo communicator '", name_, "' is already initialised");
   c10::intrusive_ptr<c10d::Store> store;
   if (!options.store) {
     // torchcomms' own rendezvous (MASTER_ADDR, MASTER_PORT).
@@ -126,6 +123,20 @@ void TorchCommMojo::init(at::Device device, const std::string& name,
   }
   std::optional<AcceleratorSetup> accelerator;
   if (preparation()) accelerator = preparation()(device);
+  handle_ = initHandleFor(name);
+  if (options.enable_reconfigure) {
+    // The dynamic regime: the peers are known at reconfigure().
+    device_ = device;
+    name_ = name;
+    options_ = options;
+    options_.store = nullptr;
+    reconfigureStore_ = std::move(store);
+    accelerator_ = std::move(accelerator);
+    return;
+  }
+  const auto [rank, size] = torch::comms::query_ranksize();
+  std::vector<uint64_t> globalRanks;
+  for (int each = 0; each < size; ++each) globalRanks.push_back(each);
   open(device, name, options, rank, size, std::move(globalRanks), std::move(store),
        std::move(accelerator));
 }
@@ -152,6 +163,54 @@ void TorchCommMojo::open(at::Device device, const std::string& name,
   version_ = "mojoccl " + std::to_string(group_->libraryVersion());
 }
 
+std::string TorchCommMojo::initHandleFor(const std::string& name) {
+  // Unique to this communicator of this process, and the same across its
+  // reconfigures: the others find its rank by it in every handle list.
+  static std::atomic<uint64_t> made{0};
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return "mojo:" + std::string(host) + ":" + std::to_string(getpid()) + ":" + name + ":" +
+         std::to_string(made++);
+}
+
+c10::intrusive_ptr<torch::comms::TorchWork> TorchCommMojo::reconfigure(
+    const torch::comms::ReconfigureOptions& opts) {
+  TORCH_CHECK(options_.enable_reconfigure, "reconfigure: the mojo communicator '", name_,
+              "' was made without enable_reconfigure=True");
+  // An ordered list ranks its members as listed (a shrink keeps their
+  // order); a set has no order, so every member sorts it alike.
+  std::vector<std::string> handles = std::visit(
+      [](const auto& given) { return std::vector<std::string>(given.begin(), given.end()); },
+      opts.handles);
+  if (std::holds_alternative<std::unordered_set<std::string>>(opts.handles))
+    std::sort(handles.begin(), handles.end());
+  auto mine = std::find(handles.begin(), handles.end(), handle_);
+  TORCH_CHECK(mine != handles.end(), "reconfigure: this rank's init handle (", handle_,
+              ") is not among the ", handles.size(), " handles given; pass every member's "
+              "getInitHandle(), this one's included");
+  TORCH_CHECK(std::set<std::string>(handles.begin(), handles.end()).size() == handles.size(),
+              "reconfigure: a handle is listed twice");
+  if (group_) {
+    // Aborted (a peer died, or the caller gave up on it): its calls end at
+    // once; otherwise the calls queued on it finish first.
+    if (aborted_) group_->abort(); else group_->shutdown();
+    group_.reset();
+  }
+  torch::comms::CommOptions options = options_;
+  if (opts.timeout) options.timeout = *opts.timeout;
+  std::vector<uint64_t> members;
+  for (size_t each = 0; each < handles.size(); ++each) members.push_back(each);
+  // The members meet under the reconfigure's uuid, which they all pass.
+  open(device_, name_, options, static_cast<int>(mine - handles.begin()),
+       static_cast<int>(handles.size()), std::move(members),
+       c10::make_intrusive<c10d::PrefixStore>("mojo_reconfigure/" + std::to_string(opts.uuid),
+                                              reconfigureStore_),
+       accelerator_);
+  options_.enable_reconfigure = true;  // open() copied the options of this round
+  aborted_ = false;
+  return c10::make_intrusive<torch::comms::TorchWorkCompleted>();
+}
+
 void TorchCommMojo::finalize() {
   if (group_) group_->shutdown();
 }
@@ -168,7 +227,9 @@ void TorchCommMojo::setTimeout(std::chrono::milliseconds timeout) {
 }
 
 ProcessGroupMojo& TorchCommMojo::group() const {
-  TORCH_CHECK(group_, "the mojo communicator is not initialised (call init first)");
+  TORCH_CHECK(group_, "the mojo communicator '", name_, "' has no group: ",
+              options_.enable_reconfigure ? "call reconfigure() with its members' init handles first"
+                                          : "call init() first");
   return *group_;
 }
 

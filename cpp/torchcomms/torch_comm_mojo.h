@@ -34,6 +34,7 @@ class TorchWorkMojo : public torch::comms::TorchWork {
   static c10::intrusive_ptr<TorchWorkMojo> of(c10::intrusive_ptr<c10d::Work> work);
 
   void wait() override;
+  void waitBlocking() override { wait(); }
   // An asynchronous call: its status moves when the group's Work ends, on
   // the thread that ends it.
   void followGroupWork();
@@ -141,6 +142,16 @@ class TorchCommMojo : public torch::comms::TorchCommBackend {
   // fabric registers a buffer when it first sends from it.
   void tensor_register(const at::Tensor& /*tensor*/) override {}
   void tensor_deregister(const at::Tensor& /*tensor*/) override {}
+  // torchcomms' fault tolerance (torchft drives it): a communicator made
+  // with enable_reconfigure has no peers until reconfigure() names them by
+  // their init handles; each reconfigure makes a new group of those ranks
+  // (dropping the ranks left out, taking in new ones), the old one aborted
+  // or shut down first.
+  bool supportsReconfigure() const override { return true; }
+  bool isInitialized() const override { return group_ != nullptr; }
+  torch::comms::InitHandle getInitHandle() const override { return handle_; }
+  c10::intrusive_ptr<torch::comms::TorchWork> reconfigure(
+      const torch::comms::ReconfigureOptions& opts) override;
   bool isAbortSupported() const override { return true; }
   bool isAborted() const override { return aborted_.load(); }
   // Ends the calls in progress (they fail within ~50 ms) and every later one.
@@ -155,6 +166,7 @@ class TorchCommMojo : public torch::comms::TorchCommBackend {
   // Several of the group's calls as one library group (startCoalescing).
   Work coalesced(bool async_op, const std::function<void()>& calls);
   void checkRoot(int root, const char* call) const;
+  static std::string initHandleFor(const std::string& name);
   // The group this communicator drives, made for init() or split().
   void open(at::Device device, const std::string& name, const torch::comms::CommOptions& options,
             int rank, int size, std::vector<uint64_t> globalRanks,
@@ -171,6 +183,8 @@ class TorchCommMojo : public torch::comms::TorchCommBackend {
   c10::intrusive_ptr<ProcessGroupMojo> group_;
   std::optional<AcceleratorSetup> accelerator_;
   std::map<std::string, int> splits_;  // how many splits of each name and colour
+  std::string handle_;                 // getInitHandle()
+  c10::intrusive_ptr<c10d::Store> reconfigureStore_;  // where every reconfigure's members meet
   std::atomic<bool> aborted_{false};
 };
 

@@ -4,7 +4,11 @@ init_process_group with TEST_BACKEND): usage `on_mojo.py TEST_FILE`.
 
 The file is loaded first and registered after: some of them set variables
 before they import torchcomms, which registering would import first. Its
-tests then run under unittest, whether or not it has a main guard."""
+tests then run under unittest, whether or not it has a main guard.
+
+Some tests name the backends that offer a feature (SUPPORTED_BACKENDS) and
+expect the others to refuse it: `mojo` joins the lists of the features it
+offers, MOJO_OFFERS."""
 
 import runpy
 import sys
@@ -16,6 +20,13 @@ module = types.ModuleType("torchcomms_integration_test")
 module.__dict__.update(runpy.run_path(test_file, run_name=module.__name__))
 
 import torch_mojo  # noqa: E402
+
+MOJO_OFFERS = {"ReconfigureTest": "reconfigure", "GetInitHandleTest": "getInitHandle",
+               "WaitBlockingTest": "wait_blocking"}
+for name in MOJO_OFFERS:
+    case = getattr(module, name, None)
+    if case is not None:
+        case.SUPPORTED_BACKENDS = set(case.SUPPORTED_BACKENDS) | {"mojo"}
 
 torch_mojo.register_mojo_devices()
 unittest.main(module=module, argv=[test_file])

@@ -19,6 +19,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -94,17 +95,19 @@ def main():
             print(f"{path.stem:40s} not applicable: {reason}", flush=True)
             continue
         applicable += 1
+        started = time.monotonic()
         found, problem, output = run_file(path, args.world_size)
+        took = f"({time.monotonic() - started:.0f} s)"
         if found is None:
             failed += 1
             problems.append((path.stem, problem, output))
-            print(f"{path.stem:40s} FAILED: {problem}", flush=True)
+            print(f"{path.stem:40s} FAILED: {problem} {took}", flush=True)
             continue
         ran, skips, failures = found
         passed += ran - skips - failures
         skipped += skips
         failed += failures
-        print(f"{path.stem:40s} {ran - skips - failures} passed, {skips} skipped, {failures} failed", flush=True)
+        print(f"{path.stem:40s} {ran - skips - failures} passed, {skips} skipped, {failures} failed {took}", flush=True)
         if failures:
             problems.append((path.stem, f"{failures} failed", output))
     for name, problem, output in problems:
