@@ -9,6 +9,7 @@
 #   make clients-check accelerate, the Trainer and Lightning on mojo against gloo (what CI runs after `make test`)
 #   make torchcomms-check torchcomms built once into the cache, torch-mojo's backend for it,
 #                      and training through it (what CI runs after `make test`)
+#   make torchcomms-suite torchcomms' own tests on mojo, every file, at 2 and 4 ranks (slow)
 #   make pytorch-suite PyTorch's own distributed tests on mojo (slow; a subset is in `make test`)
 # A second run reuses the environment and the build.
 
@@ -17,7 +18,7 @@ BIN := $(VENV)/bin
 NPROC ?= 2
 SOURCES := $(shell find cpp kernels modulefiles cmake -type f) CMakeLists.txt pyproject.toml
 
-.PHONY: demo test spack-check package-check scale-check slurm-check clients-check torchcomms-check pytorch-suite build setup clean
+.PHONY: demo test spack-check package-check scale-check slurm-check clients-check torchcomms-check torchcomms-suite pytorch-suite build setup clean
 
 # The trained weights go to build/, out of the source tree.
 demo: build
@@ -56,15 +57,29 @@ clients-check: build
 
 # torchcomms 0.3.0 from ../shared/vendor, built once into the cache (about
 # seven minutes the first time) and installed into .venv; torch-mojo rebuilt
-# with its torchcomms backend; the tests marked torchcomms.
-torchcomms-check: build
+# with its torchcomms backend; then the command given, with
+# TORCH_MOJO_TORCHCOMMS_SOURCE naming torchcomms' sources.
+define with_torchcomms
 	@if ! ls ../shared/vendor/torchcomms-*.tar.gz >/dev/null 2>&1 && [ -z "$$TORCHCOMMS_SOURCE_TARBALL" ]; then \
-	  echo "torchcomms-check: skipped: no torchcomms sources (../shared/vendor/torchcomms-*.tar.gz, or TORCHCOMMS_SOURCE_TARBALL)"; \
+	  echo "$@: skipped: no torchcomms sources (../shared/vendor/torchcomms-*.tar.gz, or TORCHCOMMS_SOURCE_TARBALL)"; \
 	  exit 0; fi; \
 	source=$$(scripts/build-torchcomms.sh $(VENV)) && \
-	  TORCH_MOJO_TORCHCOMMS_SOURCE=$$source $(BIN)/python -m pip install --no-build-isolation --no-deps -e . \
+	  $(BIN)/python -m pip install --no-build-isolation --no-deps -e . \
 	    --config-settings=cmake.define.TORCH_MOJO_TORCHCOMMS_SOURCE=$$source && \
-	  TORCH_MOJO_TORCHCOMMS_SOURCE=$$source $(BIN)/python -m pytest tests -m torchcomms --durations=10
+	  export TORCH_MOJO_TORCHCOMMS_SOURCE=$$source && $(1)
+endef
+
+# The tests marked torchcomms: the demo, the examples and the conformance
+# matrix through torchcomms, reconfigure, and a file of each kind of
+# torchcomms' own tests (about ten minutes after the build).
+torchcomms-check: build
+	$(call with_torchcomms,$(BIN)/python -m pytest tests -m torchcomms --durations=10)
+
+# Every file of torchcomms' own integration tests on mojo, at 2 and 4 ranks
+# (about 8 and 12 minutes; the counts in docs/integrations.md).
+torchcomms-suite: build
+	$(call with_torchcomms,$(BIN)/python -m tests.torchcomms_suite.run --source $$source --world-size 2 && \
+	  $(BIN)/python -m tests.torchcomms_suite.run --source $$source --world-size 4)
 
 # PyTorch's DistributedTest at 2 and 3 ranks on mojo (about 24 and 38 minutes).
 pytorch-suite: build

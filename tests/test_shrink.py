@@ -44,8 +44,9 @@ def test_survivors_shrink_the_group_and_go_on(tmp_path, clean_shm, placement):  
 def test_a_stalled_rank_times_out_in_the_caller_and_the_process_goes_on(clean_shm):  # noqa: F811
     waiter, sleeper = run_worker("survive", 2, "stalled", env=RAISE, timeout=60)
     out = waiter.stdout
-    assert ("error: [rank 0] all_reduce 16 x float32 sum (collective #2) Timed out after 2.0 s "
-            "(the timeout= of its group is 2.0 s)") in out, out
+    # How long past its timeout the watchdog notices varies with the load.
+    assert re.search(r"error: \[rank 0\] all_reduce 16 x float32 sum \(collective #2\) Timed out after "
+                     r"2\.\d s \(the timeout= of its group is 2\.0 s\)", out), out
     assert "get_error: ErrorType.TIMEOUT" in out and "failed ranks: []" in out, out
     assert out.rstrip().endswith("went on") and "Aborting" not in waiter.stderr, waiter.stderr
     # The late rank completes the collective its peer gave up on (the peer's

@@ -340,20 +340,28 @@ std::string ProcessGroupMojo::neverCheckedIn(c10d::Store& store, const std::stri
                   "rank(s) that never checked in: ", missing, ". ");
 }
 
+std::shared_ptr<c10::Allocator> ProcessGroupMojo::getMemAllocator() {
+  return sharedPoolAllocator();
+}
+
+at::Tensor ProcessGroupMojo::allocateTensor(long size, at::TensorOptions options) {
+  return sharedTensor(size, options);
+}
+
 c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupMojo::getBackendOptions() {
   return c10::make_intrusive<Options>("mojo", timeout_.load());
 }
 
-ProcessGroupMojo::Health ProcessGroupMojo::health() {
+GroupHealth ProcessGroupMojo::health() {
   std::lock_guard<std::mutex> lock(mutex_);
   // A device job in flight was issued before the one running on the host.
   const bool running = running_ || !inFlight_.empty();
-  Health health{running,  running || !queue_.empty(), {},     {history_.begin(), history_.end()},
+  GroupHealth health{running,  running || !queue_.empty(), {},     {history_.begin(), history_.end()},
                 failure_, failed_,                    timeout_.load()};
   if (!inFlight_.empty()) {
     health.current = traceOf(inFlight_.front());
   } else if (running_) {
-    const Trace* recorded = traceOf(runningSequence_);
+    const JobTrace* recorded = traceOf(runningSequence_);
     health.current = recorded != nullptr ? *recorded : runningTrace_;
   } else if (!queue_.empty()) {
     health.current = traceOf(queue_.front());
@@ -370,6 +378,25 @@ void ProcessGroupMojo::markReported(uint64_t sequence) {
   std::lock_guard<std::mutex> lock(mutex_);
   reportedUpTo_ = std::max(reportedUpTo_, sequence);
   failure_.clear();
+}
+
+const char* ProcessGroupMojo::raisesInCaller() const {
+  if (WatchdogSettings::get().mode == WatchdogSettings::Mode::Raise) return "TORCH_MOJO_BACKEND_PG_WATCHDOG=raise";
+  return ownerRaises_.load() ? "abort_process_on_timeout_or_error=False" : nullptr;
+}
+
+void ProcessGroupMojo::onFailure(std::function<void()> hook) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  failureHook_ = std::move(hook);
+}
+
+void ProcessGroupMojo::runFailureHook() {
+  std::function<void()> hook;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    hook = failureHook_;
+  }
+  if (hook) hook();
 }
 
 void ProcessGroupMojo::releaseFailedJob(uint64_t sequence) {

@@ -45,6 +45,8 @@
 #include "backend/ccl_library.h"
 #include "backend/communicator.h"
 #include "backend/flight_recorder.hpp"
+#include "backend/job_trace.hpp"
+#include "backend/work_mojo.hpp"
 
 namespace c10d {
 struct ProcessGroupStatus;
@@ -52,68 +54,12 @@ struct ProcessGroupStatus;
 
 namespace torch_mojo {
 
-// A CPU tensor of `numel` elements in the registered pool (SharedPool):
-// collectives on it read peers' memory in place.
-at::Tensor sharedTensor(int64_t numel, const at::TensorOptions& options);
-
-// The pool as a c10 allocator: what getMemAllocator() returns, and what
-// torch_mojo.memory.cpu_tensors_in_pool() makes torch's CPU allocator for a
-// while, so that tensors torch allocates itself (DDP's buckets) live there.
-std::shared_ptr<c10::Allocator> sharedPoolAllocator();
-void usePoolForCpuTensors(bool enable);
-
 // The accelerator a group serves besides the CPU, and the library for its
 // tensors, found by torch_mojo.libraries in the user guide's order.
 struct AcceleratorSetup {
   c10::Device device;
   std::string libraryPath;
   std::string libraryKind;  // "nccl", "rccl" or "mojoccl": names it in messages
-};
-
-// A DistBackendError carrying `message`, as the Work of a failed call holds it.
-std::exception_ptr distBackendError(const std::string& message);
-
-class WorkMojo : public c10d::Work {
- public:
-  // `device`: the accelerator whose stream the collective runs on; none for
-  // CPU tensors, whose collectives end on the host.
-  WorkMojo(int rank, c10d::OpType type, uint64_t sequence, std::string description,
-           const char* profilingTitle, const std::vector<at::Tensor>& inputs,
-           std::vector<at::Tensor> outputs, std::optional<c10::Device> device = std::nullopt);
-
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-  std::vector<at::Tensor> result() override { return outputs_; }
-  uint64_t getSequencenumber() const override { return sequence_; }
-  // A receive from any rank: the rank its message came from, once it is done.
-  int sourceRank() const override;
-  void reportSourceRank(std::shared_ptr<std::atomic<int>> source) { source_ = std::move(source); }
-  // A finite timeout waits that long, then raises if the collective is
-  // still running (it keeps running). On an accelerator: makes the current
-  // stream wait for the collective, without blocking the host.
-  bool wait(std::chrono::milliseconds timeout) override;
-  // Device work: the current stream waits for the collective. (c10d's own
-  // wait() calls this with the Work's mutex held, for host work too.)
-  void synchronize() override;
-
-  const std::string& description() const { return description_; }
-  bool onDevice() const { return device_.has_value(); }
-  // Device work: recorded on the communication stream after the calls.
-  c10::Event& end() { return *end_; }
-  // Device work, called once by the worker thread: the calls are enqueued
-  // on `stream` (a failure to enqueue them goes to complete()).
-  void issued(const c10::Stream& stream);
-  // Called once by the worker thread when the job ends.
-  void complete(std::exception_ptr error);
-
- private:
-  uint64_t sequence_;
-  std::string description_;  // "#3 all_reduce 1024 x float32 sum"
-  std::vector<at::Tensor> outputs_;
-  std::optional<c10::Device> device_;
-  std::unique_ptr<c10::Event> end_;
-  std::shared_ptr<std::atomic<int>> source_;  // set by a receive from any rank
-  bool issued_ = false;  // guarded by Work's mutex_
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
 class ProcessGroupMojo : public c10d::Backend {
@@ -180,10 +126,8 @@ class ProcessGroupMojo : public c10d::Backend {
 
   // c10d's hook for a backend's communication memory: the registered pool.
   bool supportsTensorAlloc(c10::DeviceIndex /*device*/) override { return true; }
-  std::shared_ptr<c10::Allocator> getMemAllocator() override { return sharedPoolAllocator(); }
-  at::Tensor allocateTensor(long size, at::TensorOptions options) override {
-    return sharedTensor(size, options);
-  }
+  std::shared_ptr<c10::Allocator> getMemAllocator() override;
+  at::Tensor allocateTensor(long size, at::TensorOptions options) override;
 
   bool supportsCoalescing() const override { return true; }
   void startCoalescing() override;
@@ -230,29 +174,21 @@ class ProcessGroupMojo : public c10d::Backend {
   const std::string& libraryPath() const { return host_->library().path(); }
   int libraryVersion() const { return host_->library().version(); }
 
-  // ---- what the watchdog (watchdog.cc) reads and does
-  using Clock = std::chrono::steady_clock;
-  struct Trace {
-    enum class State { Queued, Running, Completed, Failed };
-    uint64_t sequence = 0;
-    std::string what;  // "all_reduce 1024 x float32 sum"
-    Clock::time_point issued;
-    State state = State::Queued;
-    std::string device = "cpu";  // where its tensors are: "cpu", "cuda:0", ...
-    // A barrier past its timeout fails in its caller (as gloo's does)
-    // instead of ending the run.
-    bool raisesOnTimeout = false;
-  };
-  struct Health {
-    bool running;
-    bool busy;                  // running, or jobs queued
-    Trace current;              // the running job, else the first queued one
-    std::vector<Trace> recent;  // the last ones issued, oldest first
-    std::string failure;        // a fatal library error, with...
-    Trace failed;               // ...the job that hit it
-    std::chrono::milliseconds timeout;
-  };
-  Health health();
+  // ---- what the watchdog (watchdog.cc) reads and does (job_trace.hpp)
+  // A failure or timeout of this group raises in its caller instead of
+  // ending the run: TORCH_MOJO_BACKEND_PG_WATCHDOG=raise does it for every
+  // group, raiseErrorsInCaller() for this one (torchcomms'
+  // abort_process_on_timeout_or_error=False). Returns what asked for it,
+  // or nullptr where nothing did.
+  void raiseErrorsInCaller() { ownerRaises_.store(true); }
+  const char* raisesInCaller() const;
+  // Runs where the watchdog is about to abort this group (a timeout, or
+  // any failure where the run ends): torchcomms' abort hooks, where its
+  // flight recorder dumps.
+  void onFailure(std::function<void()> hook);
+  void runFailureHook();
+  using Clock = JobTrace::Clock;
+  GroupHealth health();
   bool reported(uint64_t sequence);
   void markReported(uint64_t sequence);
   // A job that failed fatally waits for its report before its caller sees
@@ -290,7 +226,7 @@ class ProcessGroupMojo : public c10d::Backend {
     // Device jobs: the caller's stream reached the job (recorded at issue).
     std::shared_ptr<c10::Event> ready;
     // What the watchdog reports, also once the short history has moved on.
-    Trace trace;
+    JobTrace trace;
     // A coalesced batch's member jobs (their records end with the batch).
     std::shared_ptr<std::vector<Job>> batch;
   };
@@ -331,8 +267,8 @@ class ProcessGroupMojo : public c10d::Backend {
   void retire(Job& job, std::exception_ptr error);
   // Retires the device jobs the stream has passed; notes a library error.
   void pollDevice();
-  Trace* traceOf(uint64_t sequence);  // with mutex_ held
-  Trace traceOf(const Job& job);      // with mutex_ held: the history's, else the job's own
+  JobTrace* traceOf(uint64_t sequence);  // with mutex_ held
+  JobTrace traceOf(const Job& job);      // with mutex_ held: the history's, else the job's own
   void createCommunicator(Communicator& comm, c10d::Store& store, const std::string& key);
   // "[rank G] the group ... rank(s) that never checked in: ..." for the
   // ranks of this group that never reached createCommunicator, or "".
@@ -379,6 +315,8 @@ class ProcessGroupMojo : public c10d::Backend {
   size_t groupId_;
   std::shared_ptr<c10d::ProcessGroupStatus> status_;
   bool watched_;  // TORCH_MOJO_BACKEND_PG_WATCHDOG is not off
+  std::atomic<bool> ownerRaises_{false};
+  std::function<void()> failureHook_;  // guarded by mutex_
   std::once_flag ranksRecorded_;
   std::atomic<std::chrono::milliseconds> timeout_;
   std::atomic<uint64_t> sequence_{0};
@@ -398,11 +336,11 @@ class ProcessGroupMojo : public c10d::Backend {
   std::string abortReason_;
   bool running_ = false;
   uint64_t runningSequence_ = 0;
-  Trace runningTrace_;
-  std::deque<Trace> history_;     // the last collectives issued
+  JobTrace runningTrace_;
+  std::deque<JobTrace> history_;  // the last collectives issued
   std::string fatalError_;        // set by classify() on the running job's thread
   std::string failure_;           // a fatal error, until the watchdog reports it
-  Trace failed_;
+  JobTrace failed_;
   std::condition_variable failureReported_;
   uint64_t reportedUpTo_ = 0;     // the last sequence the watchdog reported
   uint64_t releasedUpTo_ = 0;     // the last failed job the watchdog let go

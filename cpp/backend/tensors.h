@@ -3,10 +3,12 @@
 // in reports, and the buffers a call reads and writes.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Allocator.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
 #include "backend/communicator.h"
@@ -61,5 +63,15 @@ void sendAndReceiveParts(Communicator& comm, const std::vector<at::Tensor>& send
 // other ranks (returns false).
 bool exchangeParts(Communicator& comm, const at::Tensor& source, const PartLayout& sendParts,
                    const at::Tensor& buffer, const PartLayout& recvParts, int rank);
+
+// A CPU tensor of `numel` elements in the registered pool (SharedPool):
+// collectives on it read peers' memory in place.
+at::Tensor sharedTensor(int64_t numel, const at::TensorOptions& options);
+
+// The pool as a c10 allocator: what getMemAllocator() returns, and what
+// torch_mojo.memory.cpu_tensors_in_pool() makes torch's CPU allocator for a
+// while, so that tensors torch allocates itself (DDP's buckets) live there.
+std::shared_ptr<c10::Allocator> sharedPoolAllocator();
+void usePoolForCpuTensors(bool enable);
 
 }  // namespace torch_mojo

@@ -92,7 +92,7 @@ struct Whereabouts {
                                 secondsSince(health.current.issued)};
     if (health.recent.empty()) return {"completed", 0, "", 0};
     const auto& last = health.recent.back();
-    bool failed = last.state == ProcessGroupMojo::Trace::State::Failed;
+    bool failed = last.state == JobTrace::State::Failed;
     return {failed ? "failed" : "completed", last.sequence, last.what, 0};
   }
   std::string encode() const {
@@ -131,13 +131,13 @@ std::string ranks(const std::vector<int>& which) {
   return (which.size() == 1 ? "rank " : "ranks ") + text;
 }
 
-std::string reportedWhat(const ProcessGroupMojo::Health& health, uint64_t sequence) {
+std::string reportedWhat(const GroupHealth& health, uint64_t sequence) {
   for (const auto& trace : health.recent)
     if (trace.sequence == sequence) return trace.what;
   return health.failed.what;
 }
 
-std::string timeoutHeadline(const ProcessGroupMojo::Health& health, double age, double timeout) {
+std::string timeoutHeadline(const GroupHealth& health, double age, double timeout) {
   return "Watchdog caught collective operation timeout: collective #" +
          std::to_string(health.current.sequence) + " (" + health.current.what + ") on " +
          health.current.device + " has not completed " + seconds(age) +
@@ -147,7 +147,7 @@ std::string timeoutHeadline(const ProcessGroupMojo::Health& health, double age, 
 
 // The headline, then the last collectives issued, `sequence` marked with
 // `outcome`; returns the group's health as it was printed.
-ProcessGroupMojo::Health reportCollectives(ProcessGroupMojo& group, const std::string& headline,
+GroupHealth reportCollectives(ProcessGroupMojo& group, const std::string& headline,
                                            uint64_t sequence, const std::string& outcome) {
   const int me = group.globalRank();
   auto health = group.health();
@@ -158,9 +158,9 @@ ProcessGroupMojo::Health reportCollectives(ProcessGroupMojo& group, const std::s
     if (trace.sequence == sequence) device = trace.device;
   say(me, "  last collectives issued on " + device + ", oldest first:");
   for (const auto& trace : health.recent) {
-    std::string state = trace.state == ProcessGroupMojo::Trace::State::Completed ? "completed"
-                        : trace.state == ProcessGroupMojo::Trace::State::Failed  ? "failed"
-                        : trace.state == ProcessGroupMojo::Trace::State::Queued  ? "queued"
+    std::string state = trace.state == JobTrace::State::Completed ? "completed"
+                        : trace.state == JobTrace::State::Failed  ? "failed"
+                        : trace.state == JobTrace::State::Queued  ? "queued"
                                                                                  : "pending for " + seconds(secondsSince(trace.issued));
     say(me, "    #" + std::to_string(trace.sequence) + " " + trace.what +
                 (trace.device != device ? " on " + trace.device : "") + "  " + state +
@@ -253,7 +253,7 @@ void Watchdog::loop() {
 void Watchdog::inspect(ProcessGroupMojo& group) {
   answerRequests(group);
   auto health = group.health();
-  const bool raises = WatchdogSettings::get().mode == WatchdogSettings::Mode::Raise;
+  const bool raises = group.raisesInCaller() != nullptr;
   if (!health.failure.empty()) {
     const std::string headline = "collective #" + std::to_string(health.failed.sequence) + " (" +
                                  health.failed.what + ") failed: " + health.failure;
@@ -276,6 +276,7 @@ void Watchdog::inspect(ProcessGroupMojo& group) {
                     "timed out");
     group.markReported(health.current.sequence);
     group.noteTimeout();
+    if (raises) group.runFailureHook();  // hooks of the way to an abort
     group.abortCommunicator(health.current.what + " (collective #" +
                             std::to_string(health.current.sequence) + ") Timed out after " +
                             seconds(age) + " (the timeout= of its group is " + seconds(timeout) +
@@ -293,8 +294,8 @@ void Watchdog::raiseInCaller(ProcessGroupMojo& group, const std::string& headlin
   const int me = group.globalRank();
   group.markReported(sequence);
   reportCollectives(group, headline, sequence, outcome);
-  say(me, "The error is raised in the caller (TORCH_MOJO_BACKEND_PG_WATCHDOG=raise); "
-          "torch_mojo.distributed.failed_ranks() names the ranks known to have failed.");
+  say(me, std::string("The error is raised in the caller (") + group.raisesInCaller() +
+              "); torch_mojo.distributed.failed_ranks() names the ranks known to have failed.");
   std::fflush(stderr);
   group.releaseFailedJob(sequence);
   if (settings.dumpOnTimeout && flight_recorder::enabled()) {
@@ -398,6 +399,7 @@ void Watchdog::endTheRun(ProcessGroupMojo& group, const std::string& headline, u
     group.releaseFailedJob(sequence);
     return;
   }
+  group.runFailureHook();
   say(me, "Aborting the communicators and exiting with status 1 "
           "(TORCH_MOJO_BACKEND_PG_WATCHDOG=report would leave the process waiting).");
   std::fflush(stderr);

@@ -1,4 +1,4 @@
-// The Work a call returns, and the queue of jobs behind it: each group's
+// The queue of jobs behind the Works a group returns: each group's
 // worker thread runs its jobs in issue order, on the host or by enqueuing
 // them on the accelerator's communication stream, and retires them.
 #include "backend/process_group_mojo.hpp"
@@ -17,93 +17,6 @@
 namespace torch_mojo {
 
 using c10d::OpType;
-
-std::exception_ptr distBackendError(const std::string& message) {
-  try {
-    C10_THROW_ERROR(DistBackendError, message);
-  } catch (...) {
-    return std::current_exception();
-  }
-}
-
-// ------------------------------------------------------------------ Work
-
-WorkMojo::WorkMojo(int rank, c10d::OpType type, uint64_t sequence, std::string description,
-                   const char* profilingTitle, const std::vector<at::Tensor>& inputs,
-                   std::vector<at::Tensor> outputs, std::optional<c10::Device> device)
-    : Work(rank, type, profilingTitle, inputs),
-      sequence_(sequence),
-      description_(std::move(description)),
-      outputs_(std::move(outputs)),
-      device_(device),
-      // A device future records events on the streams it completes on, so
-      // that its waiters order their streams after the collective (NCCL's).
-      future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()),
-          device ? std::vector<c10::Device>{*device} : std::vector<c10::Device>{})) {
-  if (device_) end_ = std::make_unique<c10::Event>(device_->type());
-}
-
-bool WorkMojo::wait(std::chrono::milliseconds timeout) {
-  if (device_) {
-    TORCH_CHECK(timeout <= std::chrono::milliseconds(0), "work.wait(timeout=",
-                std::chrono::duration<double>(timeout).count(), " s) is not supported for ",
-                device_->str(), " collectives: wait() makes the current stream wait without "
-                "blocking the host; call it without a timeout (the process group's timeout "
-                "still applies)");
-    synchronize();
-    return true;
-  }
-  if (timeout > std::chrono::milliseconds(0)) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    bool done = cv_.wait_for(lock, timeout, [this] { return completed_; });
-    TORCH_CHECK(done, "work.wait(timeout=", std::chrono::duration<double>(timeout).count(),
-                " s): collective ", description_, " has not completed; it keeps running "
-                "(call wait() again to wait for it, or look for a rank that did not issue it)");
-  }
-  return Work::wait(std::chrono::milliseconds(0));  // rethrows the collective's error
-}
-
-int WorkMojo::sourceRank() const {
-  TORCH_CHECK(source_ != nullptr, "sourceRank() is known only for a receive without a source rank");
-  const int source = source_->load();
-  TORCH_CHECK(source >= 0, "sourceRank(): the receive has not completed; wait() for it first");
-  return source;
-}
-
-void WorkMojo::synchronize() {
-  if (!device_) return;
-  {
-    std::unique_lock<std::mutex> lock(mutex_);
-    cv_.wait(lock, [this] { return issued_ || completed_; });
-    if (exception_) std::rethrow_exception(exception_);
-  }
-  c10::impl::VirtualGuardImpl guard(device_->type());
-  end_->block(guard.getStream(*device_));
-}
-
-void WorkMojo::issued(const c10::Stream& stream) {
-  {
-    // The future's event goes on the stream the collective runs on.
-    c10::StreamGuard onStream(stream);
-    future_->markCompleted(c10::IValue(outputs_));
-  }
-  std::lock_guard<std::mutex> lock(mutex_);
-  issued_ = true;
-  cv_.notify_all();
-}
-
-void WorkMojo::complete(std::exception_ptr error) {
-  // The future first: whoever wait() releases may read it at once. A device
-  // future completed when the collective was enqueued.
-  if (!future_->completed()) {
-    if (error)
-      future_->setError(error);
-    else
-      future_->markCompleted(c10::IValue(outputs_));
-  }
-  finish(error);
-}
 
 // ------------------------------------------------------- jobs and threads
 
@@ -126,7 +39,7 @@ ProcessGroupMojo::Job ProcessGroupMojo::makeJob(OpType type, const char* profili
       outputs, deviceJob ? std::optional<c10::Device>(device_->device) : std::nullopt);
   Job job{work, std::move(issue), std::move(finish), {}, std::make_shared<CompletionEvent>(), {}};
   job.comm = comm;
-  job.trace = Trace{sequence, description, Clock::now(), Trace::State::Queued,
+  job.trace = JobTrace{sequence, description, Clock::now(), JobTrace::State::Queued,
                     deviceJob ? device_->device.str() : "cpu", type == OpType::BARRIER};
   if (deviceJob) {
     // The job runs after what the caller's current stream holds now, its
@@ -250,18 +163,18 @@ void ProcessGroupMojo::startRunning(const Job& job) {
   running_ = true;
   runningSequence_ = job.work->getSequencenumber();
   runningTrace_ = job.trace;
-  if (Trace* trace = traceOf(runningSequence_)) trace->state = Trace::State::Running;
+  if (JobTrace* trace = traceOf(runningSequence_)) trace->state = JobTrace::State::Running;
   status_->lastStartedSeq = static_cast<int64_t>(runningSequence_);
 }
 
-ProcessGroupMojo::Trace* ProcessGroupMojo::traceOf(uint64_t sequence) {
+JobTrace* ProcessGroupMojo::traceOf(uint64_t sequence) {
   for (auto& trace : history_)
     if (trace.sequence == sequence) return &trace;
   return nullptr;
 }
 
-ProcessGroupMojo::Trace ProcessGroupMojo::traceOf(const Job& job) {
-  const Trace* recorded = traceOf(job.work->getSequencenumber());
+JobTrace ProcessGroupMojo::traceOf(const Job& job) {
+  const JobTrace* recorded = traceOf(job.work->getSequencenumber());
   return recorded != nullptr ? *recorded : job.trace;
 }
 
@@ -375,18 +288,18 @@ void ProcessGroupMojo::retire(Job& job, std::exception_ptr error) {
   {
     std::unique_lock<std::mutex> lock(mutex_);
     const uint64_t sequence = job.work->getSequencenumber();
-    const auto ended = error ? Trace::State::Failed : Trace::State::Completed;
-    Trace* trace = traceOf(sequence);
+    const auto ended = error ? JobTrace::State::Failed : JobTrace::State::Completed;
+    JobTrace* trace = traceOf(sequence);
     if (trace != nullptr) trace->state = ended;
     if (job.batch)
       for (const auto& member : *job.batch)
-        if (Trace* memberTrace = traceOf(member.work->getSequencenumber())) memberTrace->state = ended;
+        if (JobTrace* memberTrace = traceOf(member.work->getSequencenumber())) memberTrace->state = ended;
     status_->lastCompletedSeq = static_cast<int64_t>(sequence);
     if (!fatalError_.empty() && watched_) {
       // The ranks are out of step: the watchdog reports it (and, in its
       // default mode, ends the run) before the caller sees the error.
       failure_ = fatalError_;
-      failed_ = trace != nullptr ? *trace : Trace{sequence, job.work->description()};
+      failed_ = trace != nullptr ? *trace : JobTrace{sequence, job.work->description()};
       Watchdog::get().wake();
       failureReported_.wait(lock, [&] { return releasedUpTo_ >= sequence; });
     }

@@ -7,6 +7,7 @@
 #include "backend/flight_recorder.hpp"
 #include "backend/process_group_mojo.hpp"
 #include "backend/shared_pool.h"
+#include "backend/tensors.h"
 #include "backend/watchdog.hpp"
 
 namespace py = pybind11;

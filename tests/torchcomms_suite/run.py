@@ -1,6 +1,7 @@
 """Runs torchcomms' own integration tests (comms/torchcomms/tests/
-integration/py in its source tree) on `mojo`, one torchrun job per file,
-and prints their count.
+integration/py in its source tree) and its hooks' tests (comms/torchcomms/
+hooks/*/tests/py: the flight recorder, the collective log) on `mojo`, one
+torchrun job per file, and prints their count.
 
 Usage: python -m tests.torchcomms_suite.run --source TORCHCOMMS_SOURCE
                                             [--world-size N] [--only NAME...]
@@ -81,8 +82,11 @@ def main():
     parser.add_argument("--world-size", type=int, default=2)
     parser.add_argument("--only", nargs="*", help="these files (names without .py) alone")
     args = parser.parse_args()
-    tests = Path(args.source) / "comms" / "torchcomms" / "tests" / "integration" / "py"
-    files = sorted(tests.glob("*Test.py"))
+    comms = Path(args.source) / "comms" / "torchcomms"
+    # The integration tests, then the hooks' (the flight recorder's, the
+    # collective log's), which watch a communicator of TEST_BACKEND's.
+    files = sorted((comms / "tests" / "integration" / "py").glob("*Test.py"))
+    files += sorted(comms.glob("hooks/*/tests/py/*Test.py"))
     if args.only:
         files = [path for path in files if path.stem in args.only]
     passed = skipped = failed = applicable = 0

@@ -118,14 +118,34 @@ def check_split(comm):
             failures.append("split([]) returned a communicator")
 
 
-def check_bad_input(comm):
+def expect_refusal(what, call, words):
     try:
-        comm.all_gather_single(torch.zeros(WORLD * 2, dtype=torch.int64), torch.ones(2), False)
-    except Exception as error:  # the process group's own message
-        if "dtype" not in str(error):
-            failures.append(f"a dtype mismatch raised without saying so: {error}")
+        call()
+    except Exception as error:
+        if words not in str(error):
+            failures.append(f"{what} raised without saying '{words}': {error}")
     else:
-        failures.append("a dtype mismatch did not raise")
+        failures.append(f"{what} did not raise")
+
+
+def check_bad_input(comm, store):
+    expect_refusal("a dtype mismatch",
+                   lambda: comm.all_gather_single(torch.zeros(WORLD * 2, dtype=torch.int64), torch.ones(2), False),
+                   "dtype")
+    expect_refusal("reconfigure without enable_reconfigure",
+                   lambda: comm.reconfigure(uuid=1, init_handles=[comm.get_init_handle()]),
+                   "made without enable_reconfigure=True")
+    # Refused before any peer is waited for: every rank raises at once.
+    dynamic = torchcomms.new_comm("mojo", torch.device("cpu"), name="dynamic", store=store, enable_reconfigure=True)
+    expect_refusal("a call before the first reconfigure", lambda: dynamic.barrier(False),
+                   "call reconfigure() with its members' init handles first")
+    expect_refusal("reconfigure without the caller's handle",
+                   lambda: dynamic.reconfigure(uuid=1, init_handles=["mojo:elsewhere:1:dynamic:0"]),
+                   "this rank's init handle")
+    twice = [dynamic.get_init_handle()] * 2
+    expect_refusal("reconfigure with a handle twice", lambda: dynamic.reconfigure(uuid=1, init_handles=twice),
+                   "a handle is listed twice")
+    dynamic.finalize()
 
 
 def main():
@@ -136,7 +156,7 @@ def main():
         failures.append(f"new_comm: backend {comm.get_backend()}, rank {comm.get_rank()} of {comm.get_size()}")
     run(comm)
     check_split(comm)
-    check_bad_input(comm)
+    check_bad_input(comm, store)
     comm.barrier(False)
     comm.finalize()
     if failures:
