@@ -146,6 +146,19 @@ def test_each_example_prints_what_it_prints_through_c10d(script, nproc, args):
 
 @pytest.mark.torchcomms
 @needs_torchcomms
+@pytest.mark.parametrize("script, client", [("accelerate_train.py", "accelerate"),
+                                            ("trainer_train.py", "transformers")])
+def test_clients_train_the_same_through_torchcomms(script, client):
+    """make clients-check's accelerate and Trainer scripts (they run where
+    it has installed their clients, as CI does before this check)."""
+    pytest.importorskip(client, reason=f"{client} is not installed here: make clients-check installs it")
+    c10d, comms = both_ways(f"clients/{script}", 2)
+    trained = [line for line in c10d.splitlines() if line.startswith(("step", "resumed"))]
+    assert trained and [line for line in comms.splitlines() if line.startswith(("step", "resumed"))] == trained
+
+
+@pytest.mark.torchcomms
+@needs_torchcomms
 def test_ddp_options_train_the_same_weights_through_torchcomms(tmp_path):
     import torch
 
