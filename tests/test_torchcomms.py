@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from tests.harness import ROOT, run_torchrun, run_worker
+from tests.test_multinode import FABRIC, on_nodes
 
 EXAMPLES = ROOT / "examples"
 SWITCH = {"TORCH_DISTRIBUTED_USE_TORCHCOMMS": "1"}
@@ -103,6 +104,20 @@ def test_the_demo_trains_through_torchcomms_with_the_c10d_losses(tmp_path):
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_conformance_matrix_through_torchcomms(world_size):
     results = run_worker("collectives", world_size, env=SWITCH, timeout=400)
+    for result in results:
+        assert "checked" in result.stdout
+        assert TORCH_TAKES_TORCHCOMMS in result.stderr
+
+
+@pytest.mark.torchcomms
+@needs_torchcomms
+def test_conformance_matrix_through_torchcomms_across_nodes():
+    """2 simulated nodes of 2 ranks, over libfabric: the leaders' frames
+    between nodes, shared memory within each; and at 4 ranks new_subgroups
+    after a new_group that left the last rank out (torch names such groups
+    differently on ranks that were in different groups before)."""
+    results = run_worker("collectives", 4, env={**FABRIC, **SWITCH}, rank_env=on_nodes("a", "a", "b", "b"),
+                         timeout=400)
     for result in results:
         assert "checked" in result.stdout
         assert TORCH_TAKES_TORCHCOMMS in result.stderr

@@ -2,6 +2,7 @@
 #include "torchcomms/torch_comm_mojo.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <set>
 
 #include <unistd.h>
@@ -235,6 +236,26 @@ ProcessGroupMojo& TorchCommMojo::group() const {
   return *group_;
 }
 
+namespace {
+
+// "<size>-<lowest rank>-<FNV-1a of the list>": short at any group size, and
+// the same on every member.
+std::string membersKey(const std::vector<int>& ranks) {
+  uint64_t hash = 14695981039346656037ull;
+  for (int rank : ranks) {
+    for (int shift = 0; shift < 32; shift += 8) {
+      hash ^= (static_cast<uint32_t>(rank) >> shift) & 0xff;
+      hash *= 1099511628211ull;
+    }
+  }
+  char text[64];
+  std::snprintf(text, sizeof(text), "%zu-%d-%016llx", ranks.size(), *std::min_element(ranks.begin(), ranks.end()),
+                static_cast<unsigned long long>(hash));
+  return text;
+}
+
+}  // namespace
+
 std::shared_ptr<torch::comms::TorchCommBackend> TorchCommMojo::split(
     const std::vector<int>& ranks, const std::string& name,
     const torch::comms::CommOptions& options) {
@@ -249,9 +270,12 @@ std::shared_ptr<torch::comms::TorchCommBackend> TorchCommMojo::split(
   auto self = std::find(ranks.begin(), ranks.end(), rank_);
   TORCH_CHECK(self != ranks.end(), "split: rank ", rank_,
               " is not in the ranks it passed; a rank outside the new group passes []");
-  // The members meet under the name, the group's lowest rank and how many
-  // groups of that name it has made: only the members need to call.
-  const std::string key = name + "/" + std::to_string(*distinct.begin());
+  // The members meet under their list of ranks and how many groups of that
+  // list they have made: only the members need to call. Not under the name:
+  // torch 2.13 names a new_group after the ranks and the number of groups
+  // the caller is in, so members that were in different groups before
+  // give it different names.
+  const std::string key = membersKey(ranks);
   const std::string prefix = "mojo_split/" + key + "/" + std::to_string(splits_[key]++);
   std::vector<uint64_t> members;
   for (int rank : ranks) members.push_back(globalRanks_[rank]);
