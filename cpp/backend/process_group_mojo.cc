@@ -356,8 +356,8 @@ GroupHealth ProcessGroupMojo::health() {
   std::lock_guard<std::mutex> lock(mutex_);
   // A device job in flight was issued before the one running on the host.
   const bool running = running_ || !inFlight_.empty();
-  GroupHealth health{running,  running || !queue_.empty(), {},     {history_.begin(), history_.end()},
-                failure_, failed_,                    timeout_.load()};
+  GroupHealth health{running,  running || !queue_.empty(), {}, {history_.begin(), history_.end()},
+                     failure_, failed_,                    timeout_.load()};
   if (!inFlight_.empty()) {
     health.current = traceOf(inFlight_.front());
   } else if (running_) {
@@ -381,7 +381,8 @@ void ProcessGroupMojo::markReported(uint64_t sequence) {
 }
 
 const char* ProcessGroupMojo::raisesInCaller() const {
-  if (WatchdogSettings::get().mode == WatchdogSettings::Mode::Raise) return "TORCH_MOJO_BACKEND_PG_WATCHDOG=raise";
+  if (WatchdogSettings::get().mode == WatchdogSettings::Mode::Raise)
+    return "TORCH_MOJO_BACKEND_PG_WATCHDOG=raise";
   return ownerRaises_.load() ? "abort_process_on_timeout_or_error=False" : nullptr;
 }
 

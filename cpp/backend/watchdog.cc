@@ -148,7 +148,7 @@ std::string timeoutHeadline(const GroupHealth& health, double age, double timeou
 // The headline, then the last collectives issued, `sequence` marked with
 // `outcome`; returns the group's health as it was printed.
 GroupHealth reportCollectives(ProcessGroupMojo& group, const std::string& headline,
-                                           uint64_t sequence, const std::string& outcome) {
+                              uint64_t sequence, const std::string& outcome) {
   const int me = group.globalRank();
   auto health = group.health();
   say(me, headline);
@@ -161,7 +161,7 @@ GroupHealth reportCollectives(ProcessGroupMojo& group, const std::string& headli
     std::string state = trace.state == JobTrace::State::Completed ? "completed"
                         : trace.state == JobTrace::State::Failed  ? "failed"
                         : trace.state == JobTrace::State::Queued  ? "queued"
-                                                                                 : "pending for " + seconds(secondsSince(trace.issued));
+                                                                  : "pending for " + seconds(secondsSince(trace.issued));
     say(me, "    #" + std::to_string(trace.sequence) + " " + trace.what +
                 (trace.device != device ? " on " + trace.device : "") + "  " + state +
                 (trace.sequence == sequence ? "  <-- " + outcome : ""));
@@ -276,7 +276,7 @@ void Watchdog::inspect(ProcessGroupMojo& group) {
                     "timed out");
     group.markReported(health.current.sequence);
     group.noteTimeout();
-    if (raises) group.runFailureHook();  // hooks of the way to an abort
+    if (raises) group.runFailureHook();  // hooks that run on the way to an abort
     group.abortCommunicator(health.current.what + " (collective #" +
                             std::to_string(health.current.sequence) + ") Timed out after " +
                             seconds(age) + " (the timeout= of its group is " + seconds(timeout) +

@@ -238,19 +238,15 @@ ProcessGroupMojo& TorchCommMojo::group() const {
 
 namespace {
 
-// "<size>-<lowest rank>-<FNV-1a of the list>": short at any group size, and
-// the same on every member.
+// "<size>-<FNV-1a of the list>": short at any group size, and the same on
+// every member.
 std::string membersKey(const std::vector<int>& ranks) {
+  std::string list;
+  for (int rank : ranks) list += std::to_string(rank) + ",";
   uint64_t hash = 14695981039346656037ull;
-  for (int rank : ranks) {
-    for (int shift = 0; shift < 32; shift += 8) {
-      hash ^= (static_cast<uint32_t>(rank) >> shift) & 0xff;
-      hash *= 1099511628211ull;
-    }
-  }
-  char text[64];
-  std::snprintf(text, sizeof(text), "%zu-%d-%016llx", ranks.size(), *std::min_element(ranks.begin(), ranks.end()),
-                static_cast<unsigned long long>(hash));
+  for (unsigned char c : list) hash = (hash ^ c) * 1099511628211ull;
+  char text[48];
+  std::snprintf(text, sizeof(text), "%zu-%016llx", ranks.size(), static_cast<unsigned long long>(hash));
   return text;
 }
 
