@@ -279,6 +279,9 @@ class Lock:
         self.roots = [root["spec"] for root in lock["roots"]]
         self.nodes = lock["concrete_specs"]
 
+    def has(self, name: str) -> bool:
+        return any(node["name"] == name for node in self.nodes.values())
+
     def node(self, name: str) -> dict:
         matches = [node for node in self.nodes.values() if node["name"] == name]
         assert len(matches) == 1, f"{len(matches)} nodes named {name}"

@@ -62,14 +62,16 @@ def test_recipe(path):
     gpu, vendor = KINDS[path.stem]
     assert recipe["header"] == {"Bootstrap": "docker", "From": "{{ IMAGE }}"}
     assert set(recipe["sections"]) == {"arguments", "files", "post", "environment", "test", "labels", "help"}
-    assert set(arguments(recipe)) == {"IMAGE", "GPU_TARGETS", "NET_PLUGIN_RELEASE"}
+    assert set(arguments(recipe)) == {"IMAGE", "GPU_TARGETS", "NET_PLUGIN_RELEASE", "NET_PLUGIN_LIBFABRIC"}
     # The source tree goes where %post installs it from; the plugin is built
     # for the image's GPUs into the directory %environment puts first.
     [files] = recipe["sections"]["files"]
     source = files.split()[1]
     post = [expanded(line, recipe).split() for line in recipe["sections"]["post"]]
     plugin_prefix = "/opt/aws-ofi-nccl"
-    assert post == [["sh", f"{source}/containers/build-net-plugin.sh", gpu, "v1.19.0", plugin_prefix],
+    host_libs = "/opt/host-libs"
+    assert post == [["sh", f"{source}/containers/build-net-plugin.sh", gpu, "v1.19.0", plugin_prefix, "/usr"],
+                    ["mkdir", "-p", host_libs],
                     ["sh", f"{source}/containers/install.sh", source, arguments(recipe)["GPU_TARGETS"]]]
     for script in ("build-net-plugin.sh", "install.sh"):
         assert (CONTAINERS / script).exists()
@@ -80,16 +82,38 @@ def test_recipe(path):
     # NCCL_NET is not forced: the plugin reaches the NICs only with the host's libfabric bound in.
     variables = environment(recipe)
     assert "NCCL_NET" not in variables and "NCCL_NET_PLUGIN" not in variables
-    assert variables["LD_LIBRARY_PATH"].startswith(f"{plugin_prefix}/lib:")
+    assert variables["LD_LIBRARY_PATH"] == f"{plugin_prefix}/lib:{host_libs}:${{LD_LIBRARY_PATH:-}}"
     # What sites publish for the GPUs on any network, as the table has it.
     for setting in site_settings.for_machine("slingshot", vendor):
         if setting.name in variables:
             assert variables[setting.name].replace("${USER:-user}", "$USER") == setting.value, setting.name
     help_text = "\n".join(recipe["sections"]["help"])
-    for needed in ("srun --network=disable_rdzv_get", "--bind /opt/cray/libfabric", "libfabric.so.1",
-                   'APPTAINERENV_NCCL_NET="AWS Libfabric"', "--nccl-log", "--rocm" if vendor == "amd" else "--nv"):
+    for needed in ("srun --network=disable_rdzv_get", "flux run --setattr=rdzv_get_en=0", "--disable-rdzv-get",
+                   f"--bind /opt/cray/libfabric/1.22.0/lib64/libfabric.so.1:{host_libs}/libfabric.so.1",
+                   f"--bind /usr/lib64/libcxi.so.1:{host_libs}/libcxi.so.1", 'APPTAINERENV_NCCL_NET="AWS Libfabric"',
+                   "--nccl-log", "--rocm" if vendor == "amd" else "--nv"):
         assert needed in help_text, needed
+    # The image's own LD_LIBRARY_PATH is kept: the binds land in a directory on it.
+    assert "--env LD_LIBRARY_PATH" not in help_text
     assert recipe["sections"]["test"] == ["python3 -m torch_mojo.cli info"]
+
+
+def test_the_plugin_build_keeps_aws_platform_code_out_and_takes_the_hosts_libfabric():
+    """build-net-plugin.sh's configure line, and its refusals, run for real
+    (they come before anything that needs the network)."""
+    script = (CONTAINERS / "build-net-plugin.sh").read_text()
+    [configure] = [line for line in script.splitlines() if line.startswith("./configure")]
+    for flag in ("--disable-platform-aws", '--with-libfabric="$LIBFABRIC"', '"$WITH_GPU"', "--disable-tests"):
+        assert flag in configure.split(), flag
+
+    def run(*args):
+        return subprocess.run(["sh", str(CONTAINERS / "build-net-plugin.sh"), *args], capture_output=True, text=True,
+                              timeout=30)
+
+    wrong_gpu = run("metal", "v1.19.0", "/opt/aws-ofi-nccl")
+    assert wrong_gpu.returncode == 2 and "GPU must be rocm or cuda, not metal" in wrong_gpu.stderr
+    no_headers = run("rocm", "v1.19.0", "/opt/aws-ofi-nccl", "/nowhere")
+    assert no_headers.returncode == 2 and "/nowhere/include/rdma/fabric.h is missing" in no_headers.stderr
 
 
 def test_the_rocm_image_carries_the_torch_pyproject_names():

@@ -1,12 +1,16 @@
 """`torch-mojo doctor --nccl-log`: the network RCCL/NCCL used between
 nodes, read from NCCL_DEBUG=INFO logs written in the forms NCCL and RCCL
-print (their `host:pid:tid [device] NCCL INFO` prefix and messages)."""
+print (their `host:pid:tid [device] NCCL INFO` prefix and messages), as
+files of their own and as jobs save them (srun -l, torchrun --tee, mpirun
+--tag-output, timestamps)."""
 
 import json
 import subprocess
 import sys
 
 import pytest
+
+from torch_mojo import site_settings
 
 # Two MI300A nodes, RCCL without its plugin: the socket fallback.
 RCCL_SOCKETS = """\
@@ -75,7 +79,7 @@ def test_a_socket_fallback_between_nodes_is_an_error_with_the_fix(tmp_path):
     assert lines[1].split() == ["nid001", "1", "2", "Socket", "-", "Socket:", "no"]
     assert 'error: nid001, nid002: NCCL/RCCL used sockets between nodes ("Using network Socket"; it looked ' \
            'for librccl-net.so and did not find it)' in result.stdout
-    assert "aws-ofi-rccl for ROCm 6" in result.stdout and 'NCCL_NET="AWS Libfabric"' in result.stdout
+    assert "aws-ofi-nccl, built for ROCm or CUDA" in result.stdout and 'NCCL_NET="AWS Libfabric"' in result.stdout
     assert result.stdout.rstrip().endswith("1 error, 0 warnings")
 
 
@@ -100,18 +104,101 @@ def test_infiniband_passes_and_without_gpu_direct_warns(tmp_path, gdr, status):
     assert "gpu17" in result.stdout and "error" not in result.stdout.replace("0 errors", "")
 
 
-def test_the_plugin_files_looked_for_are_read_in_every_form():
+# Each NCCL's wording of a plugin it did not find (from NCCL's net.cc and
+# plugin_open.cc of each release, and RCCL's), and of one it found but
+# could not load.
+NOT_FOUND = [
+    ("NET/Plugin : Plugin load (libnccl-net.so) returned 2 : libnccl-net.so: cannot open shared object file: No "
+     "such file or directory", "libnccl-net.so"),  # NCCL 2.18
+    ("NET/Plugin : dlerror=libnccl-net.so: cannot open shared object file: No such file or directory No plugin "
+     "found (libnccl-net.so), using internal implementation", "libnccl-net.so"),  # NCCL 2.19, 2.20
+    ("NET/Plugin: No plugin found (libnccl-net.so)", "libnccl-net.so"),  # NCCL 2.21, 2.22
+    ("NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin.", "libnccl-net.so"),  # 2.23-2.25
+    ("NET/Plugin: Could not find: libnccl-net.so. Using internal net plugin.", "libnccl-net.so"),  # 2.26, 2.27
+    ("NET/Plugin: Could not find: libnccl-net.so", "libnccl-net.so"),  # NCCL 2.28: no fallback text
+    ("NET/Plugin: Could not find: ofi libnccl-net-ofi.so.", "ofi libnccl-net-ofi.so"),  # NCCL_NET_PLUGIN=ofi
+    ("NET/Plugin : No plugin found (librccl-net.so), using internal implementation", "librccl-net.so"),  # RCCL
+]
+NOT_LOADED = [
+    ("NET/Plugin : Plugin load (libnccl-net.so) returned 2 : libfabric.so.1: cannot open shared object file: No "
+     "such file or directory", "libfabric.so.1: cannot open shared object file: No such file or directory"),
+    ("NET/Plugin: Plugin load returned 2 : libfabric.so.1: cannot open shared object file: No such file or "
+     "directory when loading libnccl-net.so", "libfabric.so.1: cannot open shared object file: No such file or "
+     "directory when loading libnccl-net.so"),  # NCCL 2.21
+    ("NET/Plugin: libnccl-net.so: /sw/ofi/lib/libnccl-net.so: undefined symbol: fi_getinfo",
+     "libnccl-net.so: /sw/ofi/lib/libnccl-net.so: undefined symbol: fi_getinfo"),  # NCCL 2.28
+]
+
+
+@pytest.mark.parametrize("line, looked_for", NOT_FOUND)
+def test_the_plugin_files_looked_for_are_read_in_every_form(line, looked_for):
     from torch_mojo.doctor import nccl_log
 
-    for line, looked_for in [
-        ("NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin.", "libnccl-net.so"),
-        ("NET/Plugin: Could not find: libnccl-net.so", "libnccl-net.so"),  # NCCL 2.28: no fallback text
-        ("NET/Plugin: Could not find: ofi libnccl-net-ofi.so.", "ofi libnccl-net-ofi.so"),
-        ("NET/Plugin : No plugin found (librccl-net.so), using internal implementation", "librccl-net.so"),
-    ]:
-        log = nccl_log.HostLog("n1")
-        nccl_log.note(log, line)
-        assert log.missing_plugin == looked_for, line
+    log = nccl_log.HostLog("n1")
+    assert nccl_log.note(log, line)
+    assert log.missing_plugin == looked_for and log.plugin_failed is None, line
+
+
+@pytest.mark.parametrize("line, detail", NOT_LOADED)
+def test_a_plugin_that_does_not_load_is_told_apart(tmp_path, line, detail):
+    from torch_mojo.doctor import nccl_log
+
+    log = nccl_log.HostLog("n1")
+    assert nccl_log.note(log, line)
+    assert log.plugin_failed == detail and log.missing_plugin is None, line
+    # Then the error says why the plugin was not used.
+    result = doctor(tmp_path, RCCL_SOCKETS.replace(NOT_FOUND[-1][0], line))
+    assert result.returncode == 1 and f"its plugin did not load: {detail}" in result.stdout, result.stdout
+
+
+# ---------------------------------------------- logs as jobs save them
+
+def saved_by(form: str, text: str) -> str:
+    """`text` as a job's log keeps it: each line prefixed by its rank
+    (srun -l, flux run -l), its torchrun worker (--tee), Open MPI's tag,
+    or a timestamp (NCCL_DEBUG_TIMESTAMP_LEVELS=INFO, default and custom
+    formats)."""
+    prefixes = {
+        "srun -l": lambda rank: f"{rank}: ",
+        "torchrun --tee": lambda rank: f"[default{rank}]:",
+        "mpirun --tag-output": lambda rank: f"[1,{rank}]<stdout>:",
+        "timestamps": lambda rank: "[2026-12-06 10:00:0%d] " % rank,
+        "timestamps with microseconds": lambda rank: "10:00:0%d.123456 " % rank,
+        "srun -l and timestamps": lambda rank: f"{rank}: [2026-12-06 10:00:00] ",
+    }
+    return "".join(prefixes[form](index % 2) + line for index, line in enumerate(text.splitlines(keepends=True)))
+
+
+SAVED_FORMS = ["srun -l", "torchrun --tee", "mpirun --tag-output", "timestamps", "timestamps with microseconds",
+               "srun -l and timestamps"]
+
+
+@pytest.mark.parametrize("form", SAVED_FORMS)
+def test_logs_saved_by_launchers_and_with_timestamps_are_read(tmp_path, form):
+    plain = json.loads(doctor(tmp_path, RCCL_LIBFABRIC, as_json=True).stdout)
+    saved = doctor(tmp_path, saved_by(form, RCCL_LIBFABRIC), as_json=True)
+    assert saved.returncode == 0 and json.loads(saved.stdout) == plain, saved.stdout
+    fallback = doctor(tmp_path, saved_by(form, RCCL_SOCKETS))
+    assert fallback.returncode == 1 and "error: nid001, nid002: NCCL/RCCL used sockets between nodes" in \
+        fallback.stdout, fallback.stdout
+
+
+# H100 nodes whose rings leave each node by a peer GPU's NIC (PXN, on by
+# default): `via NET/IB/<NIC>(<proxy rank>)`.
+NCCL_PXN = """\
+gpu17:881:881 [0] NCCL INFO Using network IB
+gpu17:881:881 [0] NCCL INFO comm 0x7f3e10 rank 0 nRanks 16 nNodes 2 localRanks 8 localRank 0 MNNVL 0
+gpu17:881:960 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/1(1){gdr}
+gpu17:881:960 [0] NCCL INFO Channel 01/0 : 0[0] -> 8[0] [send] via NET/IB/3(3){gdr}/Shared
+"""
+
+
+@pytest.mark.parametrize("gdr", ["/GDRDMA", "/GDRDMA(PCI)", ""])
+def test_pxn_channels_are_read_with_their_proxy(tmp_path, gdr):
+    result = doctor(tmp_path, NCCL_PXN.format(gdr=gdr), as_json=True)
+    report = json.loads(result.stdout)
+    assert report["hosts"][0]["gpu_direct"] == {"IB": bool(gdr)}, result.stdout
+    assert bool(report["problems"]) == (gdr == ""), report["problems"]
 
 
 def test_sockets_within_one_node_are_fine_and_a_plugin_on_tcp_warns(tmp_path):
@@ -121,12 +208,17 @@ def test_sockets_within_one_node_are_fine_and_a_plugin_on_tcp_warns(tmp_path):
     assert tcp.returncode == 0 and "runs over tcp;ofi_rxm, a socket provider" in tcp.stdout, tcp.stdout
 
 
-def test_a_log_without_the_network_lines_says_how_to_get_them(tmp_path):
-    nothing = doctor(tmp_path, "epoch 1 loss 0.3\n")
+def test_a_log_without_the_network_lines_says_what_it_expected_and_what_it_read(tmp_path):
+    nothing = doctor(tmp_path, "epoch 1 loss 0.3\nepoch 2 loss 0.2\n")
     assert nothing.returncode == 1 and "no NCCL INFO lines" in nothing.stdout
+    assert "expected lines of the form `host:pid:tid [device] NCCL INFO message`" in nothing.stdout
+    assert nothing.stdout.rstrip().endswith("The first lines read:\n    epoch 1 loss 0.3\n    epoch 2 loss 0.2")
     version_only = doctor(tmp_path, "n1:1:1 [0] NCCL INFO NCCL version 2.27.7+cuda12.9\n")
     assert version_only.returncode == 1
-    assert "error: n1: no line says which network NCCL/RCCL chose" in version_only.stdout
+    assert "error: n1: no line says which network NCCL/RCCL chose (expected \"Using network <name>\" or " \
+           "\"Channel ... via NET/<name>/...\"" in version_only.stdout
+    assert "its first other lines: NCCL version 2.27.7+cuda12.9: run the job with NCCL_DEBUG=INFO" in \
+        version_only.stdout
     missing = subprocess.run([sys.executable, "-m", "torch_mojo.cli", "doctor", "--nccl-log", str(tmp_path / "no")],
                              capture_output=True, text=True, timeout=60)
     assert missing.returncode == 1 and "No such file" in missing.stderr
@@ -150,12 +242,12 @@ def test_nccl_net_without_its_plugin_is_an_error_and_with_it_passes(tmp_path):
     assert severity == ERROR and "NCCL_NET_PLUGIN=ofi names a plugin that is not found" in message
     (tmp_path / "librccl-net-ofi.so").write_bytes(plugin.read_bytes())
     assert review_net_plugin({"LD_LIBRARY_PATH": str(tmp_path), "NCCL_NET_PLUGIN": "ofi"}, "rccl") == []
+    # Both: the file by its suffix, the network so that init fails without it.
     both = review_net_plugin({"LD_LIBRARY_PATH": str(tmp_path), "NCCL_NET_PLUGIN": "ofi", "NCCL_NET": "AWS Libfabric",
                               "OFI_NCCL_GDR_FLUSH_DISABEL": "1"}, "rccl")
-    assert [severity for severity, _ in both] == [WARNING, WARNING]
-    assert "are both set: set one" in both[0][1]
-    assert both[1][1].startswith("OFI_NCCL_GDR_FLUSH_DISABEL is not a variable librccl-net-ofi.so reads") \
-        and "OFI_NCCL_GDR_FLUSH_DISABLE?" in both[1][1]
+    assert [severity for severity, _ in both] == [WARNING]
+    assert both[0][1].startswith("OFI_NCCL_GDR_FLUSH_DISABEL is not a variable librccl-net-ofi.so reads") \
+        and "OFI_NCCL_GDR_FLUSH_DISABLE?" in both[0][1]
     # No GPU library here and nothing asked of a plugin: nothing to say.
     assert review_net_plugin({}, None) == []
 
@@ -177,7 +269,6 @@ def test_nccl_socket_ifname_is_read_as_nccl_reads_it():
 
 
 def test_the_published_settings_are_checked_for_the_nodes_network_and_gpus(tmp_path):
-    from torch_mojo import site_settings
     from torch_mojo.doctor.variables import review_site_settings
 
     published = {setting.name: setting.value.replace("$USER", "u")
@@ -191,3 +282,76 @@ def test_the_published_settings_are_checked_for_the_nodes_network_and_gpus(tmp_p
               "MIOPEN_USER_DB_PATH": str(tmp_path)}
     assert review_site_settings(chosen, "slingshot", "amd") == []
     assert review_site_settings({}, "ethernet", "none") == []
+
+
+# What each site publishes for GPUs on Slingshot, as it publishes it:
+# HPE's ccl_env.sh (shs-ccl-docs), CSCS's NCCL page for Alps, OLCF's
+# PyTorch on Frontier, LLNL's launcher for the El Capitan family.
+PUBLISHED = {
+    "HPE": ("amd", {"HSA_FORCE_FINE_GRAIN_PCIE": "1", "FI_MR_CACHE_MONITOR": "userfaultfd",
+                    "FI_CXI_DISABLE_HOST_REGISTER": "1", "FI_CXI_DEFAULT_CQ_SIZE": "131072",
+                    "FI_CXI_RDZV_PROTO": "alt_read", "FI_CXI_RDZV_EAGER_SIZE": "0", "FI_CXI_RDZV_THRESHOLD": "0",
+                    "FI_CXI_RDZV_GET_MIN": "0", "FI_CXI_DEFAULT_TX_SIZE": "2048", "NCCL_CROSS_NIC": "1",
+                    "NCCL_NET_GDR_LEVEL": "PHB", "NCCL_SOCKET_IFNAME": "hsn0,hsn1,hsn2,hsn3",
+                    "FI_CXI_RX_MATCH_MODE": "hybrid"}),
+    "CSCS": ("nvidia", {"NCCL_NET_GDR_LEVEL": "PHB", "NCCL_CROSS_NIC": "1", "NCCL_PROTO": "^LL128",
+                        "FI_CXI_DEFAULT_CQ_SIZE": "131072", "FI_CXI_DEFAULT_TX_SIZE": "32768",
+                        "FI_CXI_DISABLE_HOST_REGISTER": "1", "FI_CXI_RX_MATCH_MODE": "software",
+                        "FI_MR_CACHE_MONITOR": "userfaultfd"}),
+    "OLCF": ("amd", {"NCCL_SOCKET_IFNAME": "hsn0", "NCCL_NET_GDR_LEVEL": "3", "NCCL_CROSS_NIC": "1",
+                     "FI_MR_CACHE_MONITOR": "userfaultfd", "FI_CXI_DEFAULT_CQ_SIZE": "131072"}),
+    "LLNL": ("amd", {"FI_CXI_RDZV_PROTO": "alt_read", "FI_CXI_RDZV_THRESHOLD": "0", "FI_CXI_RDZV_GET_MIN": "0",
+                     "FI_CXI_RDZV_EAGER_SIZE": "0", "FI_MR_CACHE_MONITOR": "userfaultfd",
+                     "FI_CXI_DEFAULT_TX_SIZE": "1024", "FI_CXI_DISABLE_HOST_REGISTER": "1",
+                     "FI_CXI_DEFAULT_CQ_SIZE": "131072", "FI_CXI_RX_MATCH_MODE": "hybrid", "NCCL_CROSS_NIC": "1",
+                     "NCCL_SOCKET_IFNAME": "hsi0"}),
+}
+
+
+@pytest.mark.parametrize("site", PUBLISHED)
+def test_every_value_a_site_publishes_is_accepted(site):
+    """A site's own values pass; what it leaves unset is all that is said."""
+    from torch_mojo.doctor.variables import review_site_settings
+
+    gpu, published = PUBLISHED[site]
+    findings = review_site_settings(published, "slingshot", gpu)
+    assert all(" is unset: " in message for _, message in findings), findings
+
+
+def cxi_devices(root, *states):
+    """The cxi driver's sysfs layout: one device per rendezvous-get state."""
+    for index, state in enumerate(states):
+        properties = root / f"cxi{index}" / "device" / "properties"
+        properties.mkdir(parents=True)
+        (properties / "rdzv_get_en").write_text(f"{state}\n")
+    return str(root)
+
+
+@pytest.mark.parametrize("scheduler, variables, advice", [
+    ("slurm", {"SLURM_JOB_ID": "42"}, "Slurm: `srun --network=disable_rdzv_get`"),
+    ("flux", {"FLUX_JOB_ID": "f2Fr1"}, "Flux: `flux run --setattr=rdzv_get_en=0`"),
+    ("pbs", {"PBS_JOBID": "7.pbs"}, "PBS Pro: `mpiexec --disable-rdzv-get"),
+])
+def test_alt_read_with_rendezvous_gets_on_is_told_with_the_schedulers_option(tmp_path, scheduler, variables, advice):
+    from torch_mojo import launcher
+    from torch_mojo.doctor.variables import WARNING, review_rendezvous_gets
+
+    assert launcher.scheduler(variables) == scheduler
+    environ = {"FI_CXI_RDZV_PROTO": "alt_read", **variables}
+    [(severity, message)] = review_rendezvous_gets(environ, cxi_devices(tmp_path / "on", 0, 1))
+    assert severity == WARNING and message.startswith("FI_CXI_RDZV_PROTO=alt_read, but rendezvous gets are on "
+                                                      "(cxi1: rdzv_get_en=1)")
+    assert f"launch the job with them off ({advice}" in message, message
+    others = [each.name for name, each in site_settings.LAUNCHERS.items() if name != scheduler]
+    assert not any(f"{other}:" in message for other in others)
+    # Launched with them off, or another protocol: nothing to say.
+    assert review_rendezvous_gets(environ, cxi_devices(tmp_path / "off", 0, 0)) == []
+    assert review_rendezvous_gets({**variables, "FI_CXI_RDZV_PROTO": "default"},
+                                  cxi_devices(tmp_path / "default", 1)) == []
+
+
+def test_outside_a_known_scheduler_every_option_is_given(tmp_path):
+    from torch_mojo.doctor.variables import review_rendezvous_gets
+
+    [(_, message)] = review_rendezvous_gets({"FI_CXI_RDZV_PROTO": "alt_read"}, cxi_devices(tmp_path, 1))
+    assert all(f"{each.name}: `{each.option}`" in message for each in site_settings.LAUNCHERS.values())

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from torch_mojo import libraries
+from torch_mojo import elf, libraries
 from torch_mojo._paths import library_dir, mojoccl_path
 
 
@@ -98,8 +98,6 @@ found = {}
 found["before"] = libraries.find_rccl().to_dict()
 ctypes.CDLL(sys.argv[1])  # as a ROCm build of torch or MAX loads its HIP runtime
 found["hip loaded"] = libraries.find_rccl().to_dict()
-os.environ["TORCH_MOJO_BACKEND_RCCL_LIB"] = sys.argv[2]  # an RCCL of another ROCm, named by the user
-found["another rocm"] = libraries.find_rccl().to_dict()
 print(json.dumps(found))
 """
 
@@ -109,8 +107,7 @@ def test_rccl_comes_from_the_rocm_whose_hip_runtime_is_loaded(tmp_path):
     configured = rocm_tree(tmp_path / "rocm-path")
     env = {key: value for key, value in os.environ.items() if key != "TORCH_MOJO_BACKEND_RCCL_LIB"}
     env["ROCM_PATH"] = str(configured.parent)
-    out = subprocess.run([sys.executable, "-c", SEARCH_RCCL, str(loaded / "libamdhip64.so.6"),
-                          str(configured / "librccl.so.1")],
+    out = subprocess.run([sys.executable, "-c", SEARCH_RCCL, str(loaded / "libamdhip64.so.6")],
                          env=env, capture_output=True, text=True, timeout=120, check=True).stdout
     found = json.loads(out)
     assert found["before"]["path"] == str(configured / "librccl.so.1")
@@ -122,14 +119,57 @@ def test_rccl_comes_from_the_rocm_whose_hip_runtime_is_loaded(tmp_path):
     assert found["before"]["searched"][:3] == [
         "TORCH_MOJO_BACKEND_RCCL_LIB", "the ROCm whose HIP runtime is loaded",
         "the site's RCCL (built with TORCH_MOJO_RCCL_LIBRARY)"]
-    # The user's own file wins, and is named with the HIP runtime it does not match.
-    other = found["another rocm"]
-    assert other["path"] == str(configured / "librccl.so.1") and other["source"] == "TORCH_MOJO_BACKEND_RCCL_LIB"
-    assert other["warning"].startswith(f"{configured / 'librccl.so.1'} (TORCH_MOJO_BACKEND_RCCL_LIB) is not from "
-                                       f"the ROCm whose HIP runtime this process has loaded ({loaded}")
-    assert "two HIP runtimes in one process" in other["warning"]
     # What was found loads, with RCCL's name in messages and the [TRACE] line.
     assert load_version(found["hip loaded"]["path"], "rccl") == 100
+
+
+def shared_library(path: Path, soname: str, needs: Path | None = None, runpath: str | None = None) -> Path:
+    """A real shared library built here: its soname, the library it needs
+    and the RUNPATH it finds it by, as ROCm's and Spack's are linked."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    source = path.parent / f"{path.name}.c"
+    source.write_text("int rocm_stand_in(void) { return 0; }\n")
+    command = ["cc", "-shared", "-fPIC", "-o", str(path), str(source), f"-Wl,-soname,{soname}"]
+    if needs:
+        command += ["-Wl,--no-as-needed", f"-L{needs.parent}", f"-l:{needs.name}"]
+    if runpath:
+        command += ["-Wl,--enable-new-dtags", f"-Wl,-rpath,{runpath}"]
+    subprocess.run(command, check=True, capture_output=True, timeout=60)
+    return path
+
+
+SECOND_RUNTIME = """
+import ctypes, json, os, sys
+from torch_mojo import libraries
+ctypes.CDLL(sys.argv[1])  # the HIP runtime a ROCm build of torch loads
+found = {}
+for rccl in sys.argv[2:]:
+    os.environ["TORCH_MOJO_BACKEND_RCCL_LIB"] = rccl
+    found[rccl] = libraries.find_rccl().warning
+print(json.dumps(found))
+"""
+
+
+def test_an_rccl_that_would_load_a_second_hip_runtime_is_named(tmp_path):
+    """HIP and RCCL in different prefixes (as Spack installs them) share the
+    loaded runtime when RCCL needs its soname; an RCCL of another ROCm
+    that needs another libamdhip64 brings a second one, and is named."""
+    hip6 = shared_library(tmp_path / "hip-6.4.3" / "lib" / "libamdhip64.so.6", "libamdhip64.so.6")
+    spack_rccl = shared_library(tmp_path / "rccl-6.4.3" / "lib" / "librccl.so.1", "librccl.so.1", hip6,
+                                runpath=str(hip6.parent))
+    hip7 = shared_library(tmp_path / "rocm-7.1.1" / "lib" / "libamdhip64.so.7", "libamdhip64.so.7")
+    rocm7_rccl = shared_library(tmp_path / "rocm-7.1.1" / "lib" / "librccl.so.1", "librccl.so.1", hip7,
+                                runpath="$ORIGIN")
+    assert elf.dynamic_section(str(spack_rccl)).needed[0] == "libamdhip64.so.6"
+    env = {key: value for key, value in os.environ.items() if key != "LD_LIBRARY_PATH"}
+    out = subprocess.run([sys.executable, "-c", SECOND_RUNTIME, str(hip6), str(spack_rccl), str(rocm7_rccl)],
+                         env=env, capture_output=True, text=True, timeout=120, check=True).stdout
+    warnings = json.loads(out)
+    assert warnings[str(spack_rccl)] is None
+    assert warnings[str(rocm7_rccl)] == (
+        f"{rocm7_rccl} (TORCH_MOJO_BACKEND_RCCL_LIB) loads another HIP runtime ({hip7}) than the one this process "
+        f"has loaded ({hip6}): two HIP runtimes in one process can crash or hang; unset TORCH_MOJO_BACKEND_RCCL_LIB, "
+        "or load the torch built for that ROCm")
 
 
 def test_rccl_search_order_on_an_amd_node(no_site_libraries, tmp_path):

@@ -120,6 +120,37 @@ def test_nccl_net_is_set_only_with_the_plugin(tmp_path):
     assert 'pushenv("MOJOCCL_FABRIC_PROVIDER", "verbs")' in infiniband and "FI_CXI" not in infiniband
 
 
+@pytest.mark.parametrize("gpu, plugin", [("amd", "librccl-net.so"), ("nvidia", "libnccl-net-ofi.so")])
+def test_our_modules_pass_our_doctor(tmp_path, gpu, plugin):
+    """A Slingshot module that `torch-mojo modulefile` wrote (the suffixed
+    plugin sets NCCL_NET_PLUGIN beside NCCL_NET), loaded by Lmod: the
+    doctor's checks of the environment find nothing in it."""
+    from torch_mojo.doctor.variables import review_net_plugin, review_rendezvous_gets, review_site_settings
+
+    directory = net_plugin_dir(tmp_path / "aws-ofi-nccl" / "lib", plugin)
+    modulefile.write(str(tmp_path / "modules"), network="slingshot", gpu=gpu, net_plugin=str(directory))
+    result = lmod_shell(f"module use {tmp_path / 'modules'}\nmodule load torch-mojo\nenv")
+    assert result.returncode == 0, result.stderr
+    loaded = values(result.stdout)
+    assert loaded["NCCL_NET"] == site_settings.PLUGIN_NETWORK
+    assert ("NCCL_NET_PLUGIN" in loaded) == (plugin == "libnccl-net-ofi.so")
+    kind = "rccl" if gpu == "amd" else "nccl"
+    assert review_site_settings(loaded, "slingshot", gpu) == []
+    assert review_net_plugin(loaded, kind) == []
+    # No Slingshot NIC here: nothing says rendezvous gets are on.
+    assert review_rendezvous_gets(loaded, str(tmp_path / "no-cxi")) == []
+
+
+@pytest.mark.parametrize("launcher", list(site_settings.LAUNCHERS))
+def test_the_help_gives_the_sites_launch_line(launcher):
+    text = modulefile.render(network="slingshot", gpu="amd", launcher=launcher)
+    assert site_settings.LAUNCHERS[launcher].example in text and "@LAUNCH_LINE@" not in text
+    others = [each.example for name, each in site_settings.LAUNCHERS.items() if name != launcher]
+    assert not any(other in text for other in others)
+    with pytest.raises(ValueError, match="unknown launcher 'lsf': expected one of slurm, flux, pbs"):
+        modulefile.render(network="slingshot", gpu="amd", launcher="lsf")
+
+
 def test_the_syntax_checks_catch_a_broken_modulefile(tmp_path):
     write_site_module(tmp_path, "torch-mojo/9.9", 'setenv("A" "b")\n')
     checked = subprocess.run([f"{LMOD}/libexec/check_module_tree_syntax", str(tmp_path)],

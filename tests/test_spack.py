@@ -247,24 +247,20 @@ def test_spack_info_names_the_source(site):
 
 
 def on_rocm_6(copy: Path) -> Path:
-    """The MI300A environment on ROCm 6.4.3, whose RCCL plugin is
-    aws-ofi-rccl (a site that has not moved to ROCm 7)."""
+    """The MI300A environment on ROCm 6.4.3 (a site that has not moved to
+    ROCm 7): every ROCm external, and the plugin built for it."""
     data = yaml.safe_load((copy / "spack.yaml").read_text())
-    packages = data["spack"]["packages"]
-    for settings in packages.values():
+    for settings in data["spack"]["packages"].values():
         for external in settings.get("externals", []):
             external["spec"] = external["spec"].replace("@7.1.1", "@6.4.3")
             external["prefix"] = external["prefix"].replace("rocm-7.1.1", "rocm-6.4.3")
-    del packages["aws-ofi-nccl"]
-    packages["aws-ofi-rccl"] = {"buildable": False, "externals": [{"spec": "aws-ofi-rccl@cxi",
-                                                                   "prefix": "/sw/aws-ofi-rccl/cxi"}]}
     spack_site.write_yaml(copy / "spack.yaml", data)
     return copy
 
 
 @pytest.fixture(scope="module")
 def concretized(site, tmp_path_factory):
-    """Both site environments, and the MI300A one on ROCm 6, concretized
+    """The site environments, and the MI300A one on ROCm 6, concretized
     two at a time (about two minutes of one core each), as copies that
     point at this checkout."""
     copies = {path.parent.name: spack_site.copy_environment(path, tmp_path_factory.mktemp(path.parent.name))
@@ -275,11 +271,16 @@ def concretized(site, tmp_path_factory):
     return {name: (results[name], copy) for name, copy in copies.items()}
 
 
+def solved(concretized, name: str) -> spack_site.Lock:
+    """The environment `name` as it concretized, which it must have."""
+    result, copy = concretized[name]
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    return spack_site.Lock(copy)
+
+
 @with_spack
 def test_the_mi300a_environment_concretizes(concretized):
-    result, copy = concretized["mi300a-slingshot"]
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    lock = spack_site.Lock(copy)
+    lock = solved(concretized, "mi300a-slingshot")
     assert lock.variant("py-torch-mojo", "rocm") and lock.variant("py-torch-mojo", "amdgpu_target") == ["gfx942"]
     # ROCm's torch for the same GPU, on the site's one HIP and RCCL (one
     # node each, both the site's, shared by torch and torch-mojo).
@@ -298,22 +299,34 @@ def test_the_mi300a_environment_concretizes(concretized):
 
 
 @with_spack
-def test_on_rocm_6_the_plugin_is_aws_ofi_rccl(concretized):
-    result, copy = concretized["mi300a-slingshot-rocm6"]
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    lock = spack_site.Lock(copy)
+def test_on_rocm_6_the_plugin_is_aws_ofi_nccl_too(concretized):
+    lock = solved(concretized, "mi300a-slingshot-rocm6")
     assert lock.node("hip")["version"] == "6.4.3" and lock.variant("py-torch", "rocm")
-    assert "aws-ofi-rccl" in lock.dependencies("py-torch-mojo") and lock.node("aws-ofi-rccl")["external"]
-    assert not [node for node in lock.nodes.values() if node["name"] == "aws-ofi-nccl"]
+    assert "aws-ofi-nccl" in lock.dependencies("py-torch-mojo") and lock.variant("aws-ofi-nccl", "rocm")
+    assert not lock.has("aws-ofi-rccl")
 
 
 @with_spack
 def test_the_h100_environment_concretizes(concretized):
-    result, copy = concretized["h100-infiniband"]
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    lock = spack_site.Lock(copy)
+    lock = solved(concretized, "h100-infiniband")
     assert lock.variant("py-torch-mojo", "cuda") and lock.variant("py-torch-mojo", "cuda_arch") == ["90"]
     # torch and NCCL built for the same GPUs as torch-mojo's kernel.
     assert lock.variant("py-torch", "cuda") and lock.variant("py-torch", "cuda_arch") == ["90"]
     assert lock.variant("nccl", "cuda_arch") == ["90"] and lock.node("nccl")["external"]
     assert lock.node("py-torch")["version"] == "2.13.0" and lock.variant("py-mojo-compiler", "max")
+    # NCCL's own InfiniBand transport: no plugin.
+    assert not lock.has("aws-ofi-nccl")
+
+
+@with_spack
+def test_the_h100_slingshot_environment_builds_the_plugin_for_nccl(concretized):
+    lock = solved(concretized, "h100-slingshot")
+    assert lock.variant("py-torch-mojo", "cuda") and lock.variant("py-torch", "cuda_arch") == ["90"]
+    # aws-ofi-nccl 1.19.0 from its release, built by Spack against the
+    # site's NCCL (fabrics=auto), libfabric (cxi) and cray-mpich.
+    plugin = lock.node("aws-ofi-nccl")
+    assert plugin["version"] == "1.19.0" and not plugin.get("external")
+    assert lock.variant("aws-ofi-nccl", "cuda") and not lock.variant("aws-ofi-nccl", "rocm")
+    assert {"nccl", "libfabric", "cray-mpich"} <= lock.dependencies("aws-ofi-nccl")
+    assert lock.variant("nccl", "fabrics") == ["auto"] and lock.node("nccl")["external"]
+    assert lock.variant("libfabric", "fabrics") == ["cxi"]

@@ -1,7 +1,7 @@
 -- Between nodes: HPE Slingshot 11, through libfabric's cxi provider.
 local network_help = [[
 On Slingshot, RCCL and NCCL reach the NICs only through libfabric's net
-plugin (aws-ofi-rccl for ROCm 6, aws-ofi-nccl for ROCm 7 and for NVIDIA).
+plugin (aws-ofi-nccl, built for ROCm or for CUDA).
 Without it they fall back to sockets between nodes: the job runs, many
 times slower. This module sets NCCL_NET="AWS Libfabric" only where it was
 written with the plugin (`torch-mojo modulefile --net-plugin DIR`):
@@ -10,9 +10,10 @@ forcing NCCL_NET without one fails RCCL's init. Check a job with
 `torch-mojo doctor --nccl-log FILE...`.
 
 The settings below are HPE's for RCCL/NCCL on Slingshot. FI_CXI_RDZV_PROTO
-=alt_read needs the job launched with rendezvous gets off:
+=alt_read needs the job launched with rendezvous gets off (without them
+on, libfabric keeps its default protocol without a word):
 
-    srun --network=disable_rdzv_get -N 2 --ntasks-per-node=4 --gpus-per-task=1 python train.py
+    @LAUNCH_LINE@
 
 libmojoccl uses the cxi provider between nodes (MOJOCCL_FABRIC_PROVIDER=cxi);
 MOJOCCL_FABRIC_DOMAIN picks the NIC when the default (by GPU/NIC locality)

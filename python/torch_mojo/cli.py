@@ -104,7 +104,8 @@ def _modulefile(args):
                 sys.exit(f"torch-mojo modulefile: {option} {value}: expected {form}")
             yield name, rest
 
-    options = dict(network=args.network, gpu=args.gpu, net_plugin=args.net_plugin, requires=args.requires, cache_dir=args.cache_dir,
+    options = dict(network=args.network, gpu=args.gpu, net_plugin=args.net_plugin, launcher=args.launcher,
+                   requires=args.requires, cache_dir=args.cache_dir,
                    settings=list(pairs("--setenv", "NAME=VALUE", args.setenv)),
                    prepends=list(pairs("--prepend-path", "NAME=DIR", args.prepend_path)))
     try:
@@ -153,7 +154,10 @@ def main(argv=None):
     module.add_argument("--gpu", default="none", choices=list(site_settings.GPUS),
                         help="the nodes' GPU vendor, likewise (default none)")
     module.add_argument("--net-plugin", metavar="DIR", help="the lib directory of RCCL/NCCL's libfabric plugin "
-                        "(aws-ofi-rccl, aws-ofi-nccl): on LD_LIBRARY_PATH, with NCCL_NET set to use it")
+                        "(aws-ofi-nccl's, built for ROCm or CUDA): on LD_LIBRARY_PATH, with NCCL_NET set to use it")
+    module.add_argument("--launcher", default="slurm", choices=list(site_settings.LAUNCHERS),
+                        help="the site's scheduler, whose launch line the module's help gives (on Slingshot, with "
+                        "rendezvous gets off; default slurm)")
     module.add_argument("--requires", action="append", default=[], metavar="MODULE",
                         help="a site module to load first (depends_on), e.g. rocm/6.4.3; repeatable")
     module.add_argument("--cache-dir", help="TORCH_MOJO_BACKEND_CACHE_DIR for every user, on a filesystem "

@@ -59,6 +59,17 @@ def launcher() -> str | None:
     return None
 
 
+def scheduler(environ=None) -> str | None:
+    """The scheduler whose job this process runs in, by the variables each
+    gives its jobs: "slurm", "flux", "pbs" (site_settings.LAUNCHERS), or
+    None. torchrun within a Slurm job is Slurm's."""
+    environ = os.environ if environ is None else environ
+    for name, variable in (("slurm", "SLURM_JOB_ID"), ("flux", "FLUX_JOB_ID"), ("pbs", "PBS_JOBID")):
+        if environ.get(variable):
+            return name
+    return None
+
+
 def started_by_mpi() -> bool:
     """Whether mpirun or mpiexec started this process: MPI can then carry
     the rendezvous. A task of srun is not, whatever its --mpi: Slurm's own

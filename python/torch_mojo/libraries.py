@@ -9,8 +9,9 @@ right after the user's own choice of file:
 - RCCL: TORCH_MOJO_BACKEND_RCCL_LIB, the ROCm whose HIP runtime is
   loaded in this process (a ROCm build of torch: one HIP runtime for
   both), the site's, $ROCM_PATH/lib, /opt/rocm/lib, librccl.so.1 on the
-  library path. An RCCL from another ROCm than the loaded HIP runtime is
-  loaded with a warning that names both.
+  library path. An RCCL that would bring a second HIP runtime into the
+  process (it needs another libamdhip64 than the loaded one) is loaded
+  with a warning that names both.
 - libfabric: MOJOCCL_LIBFABRIC, the site's, libfabric.so.1 on the library
   path, the Cray install (/opt/cray/libfabric/*).
 
@@ -26,10 +27,10 @@ import glob
 import importlib.util
 import json
 import os
-import subprocess
 import warnings
 from dataclasses import asdict, dataclass, field
 
+from torch_mojo import elf
 from torch_mojo._paths import mojoccl_path, package_dir
 
 
@@ -75,15 +76,7 @@ def on_library_path(soname: str, environ=None) -> str | None:
         candidate = os.path.join(directory, soname)
         if os.path.exists(candidate):
             return candidate
-    for ldconfig in ("/sbin/ldconfig", "/usr/sbin/ldconfig"):
-        if os.path.exists(ldconfig):
-            listing = subprocess.run([ldconfig, "-p"], capture_output=True, text=True).stdout
-            for line in listing.splitlines():
-                name, _, path = line.strip().partition(" => ")
-                if name.split(" ")[0] == soname and os.path.exists(path):
-                    return path
-            break
-    return None
+    return elf.in_ldconfig_cache(soname)
 
 
 def _search(library: str, candidates: list[tuple[str, str | None]]) -> Lookup:
@@ -151,12 +144,25 @@ def find_rccl() -> Lookup:
         ("/opt/rocm/lib", "/opt/rocm/lib/librccl.so.1"),
         ("the library path", on_library_path("librccl.so.1")),
     ])
-    if hip and lookup.path and os.path.dirname(os.path.realpath(lookup.path)) != \
-            os.path.dirname(os.path.realpath(hip)):
-        lookup.warning = (f"{lookup.path} ({lookup.source}) is not from the ROCm whose HIP runtime this process "
-                          f"has loaded ({hip}): two HIP runtimes in one process can crash or hang; unset "
+    second = second_hip_runtime(lookup.path, hip) if hip and lookup.path else None
+    if second:
+        lookup.warning = (f"{lookup.path} ({lookup.source}) loads another HIP runtime ({second}) than the one this "
+                          f"process has loaded ({hip}): two HIP runtimes in one process can crash or hang; unset "
                           "TORCH_MOJO_BACKEND_RCCL_LIB, or load the torch built for that ROCm")
     return lookup
+
+
+def second_hip_runtime(rccl: str, hip: str) -> str | None:
+    """The HIP runtime RCCL would bring into a process that has loaded
+    `hip`, where it is another one: RCCL needs a libamdhip64 of another
+    soname, which the loader finds elsewhere. RCCL and HIP in different
+    directories (a Spack install: one prefix each) share the runtime when
+    the sonames match, as the loader reuses what is loaded."""
+    needed = next((name for name in elf.dynamic_section(rccl).needed if name.startswith("libamdhip64.so")), None)
+    if needed is None or needed == elf.soname(hip):
+        return None
+    found = elf.resolve_needed(rccl, needed)
+    return found if found and os.path.realpath(found) != os.path.realpath(hip) else None
 
 
 # The file NCCL (libnccl-net) and RCCL (librccl-net) load their network

@@ -79,7 +79,7 @@ def check_setting(option: str, name: str, value: str) -> None:
 
 def net_plugin_settings(gpu: str, directory: str) -> list[str]:
     """The lines that make RCCL/NCCL load the libfabric plugin in
-    `directory` (aws-ofi-rccl's lib, or aws-ofi-nccl's) and use it: the
+    `directory` (aws-ofi-nccl's lib, built for ROCm or CUDA) and use it: the
     directory on LD_LIBRARY_PATH, NCCL_NET naming the plugin's network,
     and NCCL_NET_PLUGIN where the plugin has only a suffixed name."""
     if gpu == "none":
@@ -88,7 +88,7 @@ def net_plugin_settings(gpu: str, directory: str) -> list[str]:
     suffixed = sorted(glob.glob(os.path.join(directory, f"{prefix}-*.so")))
     if not os.path.exists(os.path.join(directory, f"{prefix}.so")) and not suffixed:
         raise ValueError(f"--net-plugin {directory}: no {prefix}.so (nor {prefix}-NAME.so) there; give the "
-                         "plugin's lib directory (aws-ofi-rccl's for ROCm 6, aws-ofi-nccl's otherwise)")
+                         "plugin's lib directory (aws-ofi-nccl's, built for ROCm for RCCL, for CUDA for NCCL)")
     lines = ["-- RCCL/NCCL's libfabric plugin: without it they use sockets between nodes.",
              f'prepend_path("LD_LIBRARY_PATH", {lua_string(directory)})',
              f'pushenv("NCCL_NET", "{site_settings.PLUGIN_NETWORK}")']
@@ -107,15 +107,18 @@ def missing_plugin_warning(network: str, gpu: str, net_plugin: str | None) -> st
     return None
 
 
-def machine_lines(network: str, gpu: str, net_plugin: str | None, overridden=()) -> list[str]:
-    """The help texts of the network and the GPUs, and the settings sites
-    publish for them, each with its reason. pushenv, so that unloading
-    gives back a value the user had set before. The site's own choice of
-    a variable (`overridden`: the names of its --setenv) replaces ours."""
+def machine_lines(network: str, gpu: str, net_plugin: str | None, launcher: str = "slurm",
+                  overridden=()) -> list[str]:
+    """The help texts of the network and the GPUs (with the launch line of
+    the site's `launcher`), and the settings sites publish for them, each
+    with its reason. pushenv, so that unloading gives back a value the
+    user had set before. The site's own choice of a variable (`overridden`:
+    the names of its --setenv) replaces ours."""
     lines = []
     for kind, name in (("networks", network), ("gpus", gpu)):
         with open(os.path.join(templates_dir(), kind, f"{name}.lua")) as fragment:
-            lines.append(fragment.read().rstrip("\n"))
+            text = fragment.read().rstrip("\n")
+        lines.append(text.replace("@LAUNCH_LINE@", site_settings.LAUNCHERS[launcher].example))
     for setting in site_settings.for_machine(network, gpu):
         if setting.name in overridden:
             continue
@@ -125,16 +128,19 @@ def machine_lines(network: str, gpu: str, net_plugin: str | None, overridden=())
     return lines
 
 
-def render(network: str = "ethernet", gpu: str = "none", net_plugin: str | None = None, requires=(),
-           cache_dir: str | None = None, settings=(), prepends=()) -> str:
+def render(network: str = "ethernet", gpu: str = "none", net_plugin: str | None = None, launcher: str = "slurm",
+           requires=(), cache_dir: str | None = None, settings=(), prepends=()) -> str:
     """The modulefile text for nodes of `network` and `gpu` (site_settings'
     names), with RCCL/NCCL's libfabric plugin from the directory
-    `net_plugin`. `requires`: module names (e.g. rocm/6.4.3) it loads first
+    `net_plugin`, for jobs started by `launcher` (site_settings.LAUNCHERS).
+    `requires`: module names (e.g. rocm/6.4.3) it loads first
     with depends_on; `settings`: (NAME, VALUE) pairs it sets (after the
     sites' own, so they win); `prepends`: (NAME, DIRECTORY) pairs it
     prepends to path variables (a Spack install's dependencies, whose
     prefixes differ from ours)."""
     title = site_settings.machine_title(network, gpu)  # checks both names
+    if launcher not in site_settings.LAUNCHERS:
+        raise ValueError(f"unknown launcher {launcher!r}: expected one of {', '.join(site_settings.LAUNCHERS)}")
     for option, pairs in (("--setenv", settings), ("--prepend-path", prepends)):
         for name, value in pairs:
             check_setting(option, name, value)
@@ -145,7 +151,8 @@ def render(network: str = "ethernet", gpu: str = "none", net_plugin: str | None 
     values = {
         "VERSION": __version__,
         "TITLE": title,
-        "MACHINE": "\n".join([*machine_lines(network, gpu, net_plugin, {name for name, _ in settings}), *extra]),
+        "MACHINE": "\n".join([*machine_lines(network, gpu, net_plugin, launcher, {name for name, _ in settings}),
+                               *extra]),
         "DEPENDENCIES": "\n".join(f'depends_on("{module}")' for module in requires),
         "CACHE_DIR": (f'setenv("TORCH_MOJO_BACKEND_CACHE_DIR", {lua_string(cache_dir)})' if cache_dir else
                       "-- TORCH_MOJO_BACKEND_CACHE_DIR: not set by the site (`torch-mojo modulefile --cache-dir`)"),

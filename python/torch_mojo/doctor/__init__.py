@@ -82,8 +82,10 @@ def check_nccl_logs(paths: list[str], as_json: bool) -> int:
                           "problems": [{"severity": severity, "message": message} for severity, message in found],
                           "status": status}, indent=2))
     elif not hosts:
-        print(f"no NCCL INFO lines in {', '.join(paths)}: run the job with NCCL_DEBUG=INFO "
-              "NCCL_DEBUG_SUBSYS=INIT,NET")
+        lines = "".join(f"\n    {line}" for line in nccl_log.first_lines(paths))
+        print(f"no NCCL INFO lines in {', '.join(paths)}: expected lines of the form `host:pid:tid [device] NCCL "
+              f"INFO message` (after any prefix a launcher or a timestamp puts); {nccl_log.HOW_TO_LOG}"
+              + (f". The first lines read:{lines}" if lines else ". The files are empty."))
     else:
         print("\n".join(nccl_log.report_lines(hosts, found)))
     return status

@@ -175,6 +175,7 @@ def gather() -> dict:
         *variables.review_nccl(environ, nccl_library(facts)),
         *variables.review_libfabric(environ, parameters),
         *variables.review_site_settings(environ, **facts["machine"]),
+        *variables.review_rendezvous_gets(environ),
         *variables.review_net_plugin(environ, kind),
         *variables.review_socket_interface(environ),
     ]

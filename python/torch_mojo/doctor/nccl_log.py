@@ -2,10 +2,16 @@
 between nodes, read from their NCCL_DEBUG=INFO output (one file per rank
 with NCCL_DEBUG_FILE, or a job's combined output).
 
-NCCL and RCCL print every line as `host:pid:tid [device] NCCL INFO ...`.
+NCCL and RCCL print every line as `host:pid:tid [device] NCCL INFO ...`,
+which a job's log may prefix: `0: ` (srun -l, flux run -l), `[default0]:`
+(torchrun --tee), `[1,0]<stdout>:` (mpirun --tag-output), or a timestamp
+(NCCL_DEBUG_TIMESTAMP_LEVELS=INFO, in any NCCL_DEBUG_TIMESTAMP_FORMAT).
 The lines read here (NCCL_DEBUG_SUBSYS=INIT,NET prints them all):
 
-    NET/Plugin: Could not find: libnccl-net.so            no plugin (NCCL)
+    NET/Plugin: Could not find: libnccl-net.so            no plugin (NCCL 2.23+)
+    NET/Plugin: No plugin found (libnccl-net.so)          no plugin (NCCL 2.21, 2.22)
+    NET/Plugin : dlerror=... No plugin found (...), ...   no plugin (NCCL 2.19, 2.20)
+    NET/Plugin : Plugin load (libnccl-net.so) returned 2  no plugin (NCCL 2.18)
     NET/Plugin : No plugin found (librccl-net.so), ...    no plugin (RCCL)
     NET/Plugin: Loaded net plugin AWS Libfabric (v9)      a plugin
     NET/OFI Selected Provider is cxi (found 4 nics)       the plugin's libfabric provider
@@ -13,6 +19,7 @@ The lines read here (NCCL_DEBUG_SUBSYS=INIT,NET prints them all):
     Using network Socket | IB | AWS Libfabric             the network chosen
     comm 0x... rank 0 nRanks 8 nNodes 2 localRanks 4 ...  the communicator's span
     Channel 00/0 : 0[0] -> 4[0] [send] via NET/IB/0/GDRDMA   traffic between nodes
+    Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/1(0)/GDRDMA  the same through a peer's NIC (PXN)
 
 A socket network between nodes is an error (the plugin did not load);
 a network without GPU-direct RDMA between nodes, or a plugin on a socket
@@ -29,15 +36,30 @@ from dataclasses import dataclass, field
 from torch_mojo.doctor.variables import ERROR, WARNING
 from torch_mojo.site_settings import PLUGIN_ADVICE, PLUGIN_NETWORK
 
-LINE = re.compile(r"^(?P<host>[^\s:]+):(?P<pid>\d+):\d+ \[[^\]]*\] NCCL INFO (?P<message>.*)$")
+# Anywhere in the line: what a launcher or a timestamp puts before it is
+# skipped (a host name holds none of the characters they end with).
+LINE = re.compile(r"(?:^|(?<=[\s:\]>]))(?P<host>[^\s:\[\]<>]+):(?P<pid>\d+):\d+ \[\d+\] NCCL INFO "
+                  r"(?P<message>.*)$")
 NO_PLUGIN = re.compile(r"NET/Plugin ?: (?:Could not find: ?(?P<nccl>.+?)\.?(?: Using .*)?$|"
-                       r"No plugin found \((?P<rccl>[^)]+)\))")
+                       r"(?:dlerror=.*? )?No plugin found \((?P<rccl>[^)]+)\)|"
+                       r"Plugin load \((?P<old>[^)]+)\) returned 2 : (?P=old): )")
+# The plugin is there but does not load (a library it needs is missing, a
+# symbol is undefined): every NCCL words dlopen's message its own way.
+PLUGIN_FAILED = re.compile(r"NET/Plugin ?: (?:Plugin load (?:\([^)]*\) )?returned \d+ : )?"
+                           r"(?P<detail>.*(?:cannot open shared object file|undefined symbol|wrong ELF class|"
+                           r"version `).*?)\.?$")
 PLUGIN_LOADED = re.compile(r"NET/Plugin ?: Loaded net plugin (?P<name>.+?) \(v\d+\)")
 PROVIDER = re.compile(r"NET/OFI Selected [Pp]rovider is (?P<provider>[\w;]+)")
 NETWORK = re.compile(r"^Using network (?P<network>.+?)\s*$")
 SPAN = re.compile(r"\brank (?P<rank>\d+) nRanks (?P<ranks>\d+) nNodes (?P<nodes>\d+)")
-CHANNEL = re.compile(r"\bvia NET/(?P<network>[^/]+)/\d+(?P<gdr>/GDRDMA)?")
+# NET/<network>/<NIC>, with (<proxy rank>) where a peer's NIC carries it (PXN).
+CHANNEL = re.compile(r"\bvia NET/(?P<network>[^/]+)/\d+(?:\(\d+\))?(?P<gdr>/GDRDMA)?")
 SOCKET_PROVIDERS = ("tcp", "sockets", "udp", "net")
+UNREAD_KEPT = 3  # lines shown where a log does not say what was expected
+# What says which network was used, for a log that lacks it.
+EXPECTED = '"Using network <name>" or "Channel ... via NET/<name>/..." (NCCL_DEBUG_SUBSYS=INIT,NET prints them)'
+HOW_TO_LOG = ("run the job with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET (and NCCL_DEBUG_FILE=<dir>/nccl.%h.%p "
+              "for a file per rank)")
 
 
 @dataclass
@@ -48,10 +70,12 @@ class HostLog:
     processes: set[str] = field(default_factory=set)
     networks: set[str] = field(default_factory=set)
     missing_plugin: str | None = None  # the plugin file NCCL/RCCL looked for and did not find
+    plugin_failed: str | None = None  # why a plugin that is there did not load
     plugin: str | None = None
     providers: set[str] = field(default_factory=set)
     nodes: int = 0  # the largest communicator's span, 0 when no line gave it
     between_nodes: dict[str, bool] = field(default_factory=dict)  # network: every channel had GPU-direct RDMA
+    unread: list[str] = field(default_factory=list)  # the first messages none of the patterns read
 
 
 def log_here(directory: str) -> str:
@@ -76,6 +100,8 @@ def merged(posted: list[dict]) -> dict[str, HostLog]:
         for name in ("processes", "networks", "providers"):
             getattr(log, name).update(item[name])
         log.missing_plugin = log.missing_plugin or item["missing_plugin"]
+        log.plugin_failed = log.plugin_failed or item["plugin_failed"]
+        log.unread = (log.unread + item["unread"])[:UNREAD_KEPT]
         log.plugin = log.plugin or item["plugin"]
         log.nodes = max(log.nodes, item["nodes"])
         for network, direct in item["between_nodes"].items():
@@ -89,17 +115,32 @@ def read(paths: list[str]) -> dict[str, HostLog]:
     for path in paths:
         with open(path, errors="replace") as file:
             for line in file:
-                match = LINE.match(line.strip())
+                match = LINE.search(line.rstrip("\n"))
                 if match:
                     log = hosts.setdefault(match["host"], HostLog(match["host"]))
                     log.processes.add(match["pid"])
-                    note(log, match["message"])
+                    if not note(log, match["message"].rstrip()) and len(log.unread) < UNREAD_KEPT:
+                        log.unread.append(match["message"].rstrip())
     return hosts
 
 
-def note(log: HostLog, message: str) -> None:
+def first_lines(paths: list[str], count: int = UNREAD_KEPT) -> list[str]:
+    """The first non-empty lines of the files: what a log that holds no
+    NCCL INFO line holds instead."""
+    found = []
+    for path in paths:
+        with open(path, errors="replace") as file:
+            found += [line.rstrip() for line, _ in zip(filter(str.strip, file), range(count - len(found)))]
+    return found
+
+
+def note(log: HostLog, message: str) -> bool:
+    """Records what `message` says in `log`; False when it says nothing
+    read here."""
     if found := NO_PLUGIN.search(message):
-        log.missing_plugin = found["nccl"] or found["rccl"]
+        log.missing_plugin = found["nccl"] or found["rccl"] or found["old"]
+    elif found := PLUGIN_FAILED.search(message):
+        log.plugin_failed = found["detail"]
     elif found := PLUGIN_LOADED.search(message):
         log.plugin = found["name"]
     elif found := PROVIDER.search(message):
@@ -111,6 +152,9 @@ def note(log: HostLog, message: str) -> None:
     elif found := CHANNEL.search(message):
         network = found["network"]
         log.between_nodes[network] = log.between_nodes.get(network, True) and bool(found["gdr"])
+    else:
+        return False
+    return True
 
 
 def spans_nodes(log: HostLog, hosts: int) -> bool:
@@ -132,14 +176,17 @@ def problems(hosts: dict[str, HostLog]) -> list[tuple[str, str]]:
 def host_problems(log: HostLog, hosts: int) -> list[tuple[str, str]]:
     """What one host's lines show; `hosts`: how many hosts the logs hold."""
     if not log.networks and not log.between_nodes:
-        return [(ERROR, "no line says which network NCCL/RCCL chose: run the job with NCCL_DEBUG=INFO "
-                 "NCCL_DEBUG_SUBSYS=INIT,NET (and NCCL_DEBUG_FILE=<dir>/nccl.%h.%p for a file per rank)")]
+        shown = "; its first other lines: " + " | ".join(log.unread) if log.unread else ""
+        return [(ERROR, f"no line says which network NCCL/RCCL chose (expected {EXPECTED}){shown}: {HOW_TO_LOG}")]
     if not spans_nodes(log, hosts):
         return []
     if "Socket" in log.networks | set(log.between_nodes):
-        looked = f"; it looked for {log.missing_plugin} and did not find it" if log.missing_plugin else ""
+        looked = (f"; its plugin did not load: {log.plugin_failed}" if log.plugin_failed else
+                  f"; it looked for {log.missing_plugin} and did not find it" if log.missing_plugin else "")
+        fix = ("make what it names loadable where the job runs (the libfabric module loaded, its lib "
+               "directory on LD_LIBRARY_PATH, or bound into the container)" if log.plugin_failed else PLUGIN_ADVICE)
         return [(ERROR, f"NCCL/RCCL used sockets between nodes (\"Using network Socket\"{looked}): the job runs "
-                 f"many times slower than it should: {PLUGIN_ADVICE}, and set NCCL_NET=\"{PLUGIN_NETWORK}\" so "
+                 f"many times slower than it should: {fix}, and set NCCL_NET=\"{PLUGIN_NETWORK}\" so "
                  "that a missing plugin fails at init instead of crawling; on InfiniBand, check that "
                  "NCCL_IB_DISABLE is unset and NCCL_IB_HCA names the HCAs")]
     found = []

@@ -12,12 +12,13 @@ Each finding is (severity, message): "error" where the job would fail,
 from __future__ import annotations
 
 import ctypes
+import glob
 import mmap
 import os
 import re
 import socket
 
-from torch_mojo import env, libraries, site_settings
+from torch_mojo import env, launcher, libraries, site_settings
 
 ERROR, WARNING = "error", "warning"
 
@@ -136,6 +137,31 @@ def review_site_settings(environ, network: str, gpu: str) -> list[tuple[str, str
     return findings
 
 
+# Where the cxi driver shows each Slingshot NIC's settings.
+CXI_DEVICES = "/sys/class/cxi"
+
+
+def review_rendezvous_gets(environ, devices: str = CXI_DEVICES) -> list[tuple[str, str]]:
+    """FI_CXI_RDZV_PROTO=alt_read against the NICs' rendezvous gets
+    (rdzv_get_en, which the scheduler turns off for a job launched so)."""
+    if environ.get("FI_CXI_RDZV_PROTO") != "alt_read":
+        return []
+    still_on = []
+    for path in sorted(glob.glob(os.path.join(devices, "cxi*", "device", "properties", "rdzv_get_en"))):
+        try:
+            with open(path) as file:
+                if file.read().strip() != "0":
+                    still_on.append(path.split(os.sep)[-4])
+        except OSError:
+            continue
+    if not still_on:
+        return []
+    how = site_settings.rendezvous_gets_off(launcher.scheduler(environ))
+    return [(WARNING, f"FI_CXI_RDZV_PROTO=alt_read, but rendezvous gets are on ({', '.join(still_on)}: "
+             f"rdzv_get_en=1): libfabric keeps its default protocol, without a word; launch the job with them off "
+             f"({how})")]
+
+
 # The networks NCCL and RCCL have built in; any other name NCCL_NET gives
 # is a plugin's.
 BUILT_IN_NETWORKS = ("IB", "Socket")
@@ -143,7 +169,9 @@ BUILT_IN_NETWORKS = ("IB", "Socket")
 
 def review_net_plugin(environ, kind: str | None) -> list[tuple[str, str]]:
     """The plugin RCCL or NCCL (`kind`; None: no GPU library here, either)
-    would load, against NCCL_NET and NCCL_NET_PLUGIN."""
+    would load, against NCCL_NET and NCCL_NET_PLUGIN. Both set is right:
+    NCCL_NET_PLUGIN names a plugin file with a suffix (libnccl-net-ofi.so),
+    NCCL_NET makes init fail where it does not load."""
     forced, named = environ.get("NCCL_NET"), environ.get("NCCL_NET_PLUGIN")
     if kind is None and not (forced or named):
         return []
@@ -158,9 +186,6 @@ def review_net_plugin(environ, kind: str | None) -> list[tuple[str, str]]:
     elif forced and forced not in BUILT_IN_NETWORKS and found is None:
         findings.append((ERROR, f"NCCL_NET={forced} asks for a plugin's network and no plugin is found "
                          f"({looked_for} on the library path): RCCL/NCCL fail at init; {site_settings.PLUGIN_ADVICE}"))
-    elif forced and named and named != "none":
-        findings.append((WARNING, f"NCCL_NET={forced} and NCCL_NET_PLUGIN={named} are both set: set one (CSCS: "
-                         "NCCL_NET alone selects the plugin's network)"))
     plugin_names = sorted(name for name in environ if name.startswith("OFI_NCCL_"))
     if found and plugin_names:
         known = names_in_library(found.path, "OFI_NCCL_")

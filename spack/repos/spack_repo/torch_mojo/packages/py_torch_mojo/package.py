@@ -108,12 +108,13 @@ class PyTorchMojo(PythonPackage, CudaPackage, ROCmPackage):
             depends_on(f"nccl cuda_arch={arch}", when=f"+cuda cuda_arch={arch}")
         # On Slingshot RCCL and NCCL reach the NICs only through libfabric's
         # net plugin: without it they use sockets between nodes, silently
-        # and many times slower. ROCm 6 has aws-ofi-rccl; ROCm 7 and NVIDIA
-        # GPUs aws-ofi-nccl, built for their GPUs (LLNL, OLCF, CSCS).
+        # and many times slower. aws-ofi-nccl, built for the GPUs, on ROCm
+        # 6 and 7 alike (HPE's RCCL guide builds 1.19; aws-ofi-rccl has
+        # only git branches, no release to build again) and for NVIDIA
+        # GPUs (where it asks for an NCCL built with fabrics=auto).
         with when("^libfabric fabrics=cxi"):
-            depends_on("aws-ofi-rccl", type="run", when="+rocm ^hip@:6")
-            depends_on("aws-ofi-nccl@1.18: +rocm ~cuda", type="run", when="+rocm ^hip@7:")
-            depends_on("aws-ofi-nccl +cuda ~rocm", type="run", when="+cuda")
+            depends_on("aws-ofi-nccl@1.19: +rocm ~cuda", type="run", when="+rocm")
+            depends_on("aws-ofi-nccl@1.19: +cuda ~rocm", type="run", when="+cuda")
 
     def config_settings(self, spec, prefix):
         """CMake options, through scikit-build-core: the site's libraries are
@@ -185,4 +186,4 @@ class PyTorchMojo(PythonPackage, CudaPackage, ROCmPackage):
         return "amd" if self.spec.satisfies("+rocm") else "nvidia" if self.spec.satisfies("+cuda") else "none"
 
     def net_plugin(self):
-        return next((name for name in ("aws-ofi-rccl", "aws-ofi-nccl") if self.spec.satisfies(f"^{name}")), None)
+        return "aws-ofi-nccl" if self.spec.satisfies("^aws-ofi-nccl") else None
