@@ -10,8 +10,8 @@ forcing NCCL_NET without one fails RCCL's init. Check a job with
 `torch-mojo doctor --nccl-log FILE...`.
 
 The settings below are HPE's for RCCL/NCCL on Slingshot. FI_CXI_RDZV_PROTO
-=alt_read needs the job launched with rendezvous gets off (without them
-on, libfabric keeps its default protocol without a word):
+=alt_read needs the job launched with rendezvous gets off (with them on,
+libfabric keeps its default protocol, without a word):
 
     @LAUNCH_LINE@
 

@@ -49,6 +49,11 @@ def libfabric_details(path: str) -> dict:
     return {"version": f"{version >> 16}.{version & 0xFFFF}", "providers": providers}
 
 
+# libfabric providers that drive a fabric NIC, and those that run over
+# sockets (the others run over shared memory, or are utility layers).
+HARDWARE_PROVIDERS = ("cxi", "verbs", "efa", "psm2", "psm3", "opx", "usnic")
+SOCKET_PROVIDERS = ("tcp", "sockets", "udp", "net")
+
 # libmojoccl's order for MOJOCCL_FABRIC_PROVIDER=auto (fabric_choice.cc):
 # the fabric NICs' providers, then sockets.
 AUTO_PROVIDERS = ("cxi", "verbs", "efa", "tcp")

@@ -12,7 +12,8 @@ import statistics
 
 from torch_mojo import site_settings
 from torch_mojo.doctor import nccl_log
-from torch_mojo.doctor.facts import SOCKET_PROVIDERS, number_ranges
+from torch_mojo.doctor.facts import number_ranges
+from torch_mojo.fabric_info import SOCKET_PROVIDERS
 from torch_mojo.doctor.job import Job
 from torch_mojo.doctor.variables import ERROR, WARNING
 

@@ -12,14 +12,9 @@ import socket
 
 from torch_mojo import __version__, fabric_info, launcher, libraries, torchcomms
 from torch_mojo.doctor import variables
+from torch_mojo.doctor.filesystems import SHARED_FILESYSTEMS, filesystem_of
+from torch_mojo.fabric_info import HARDWARE_PROVIDERS
 
-# libfabric providers that drive a fabric NIC (the others run over
-# sockets or shared memory).
-HARDWARE_PROVIDERS = ("cxi", "verbs", "efa", "psm2", "psm3", "opx", "usnic")
-SOCKET_PROVIDERS = ("tcp", "sockets", "udp", "net")
-# Filesystems that every node of a cluster mounts.
-SHARED_FILESYSTEMS = ("nfs", "nfs4", "lustre", "gpfs", "beegfs", "fuse.beegfs", "cifs", "ceph", "fuse.sshfs",
-                      "wekafs", "fuse.dvs", "dvs", "panfs", "orangefs")
 
 
 def node_identity() -> str:
@@ -45,22 +40,6 @@ def number_ranges(numbers) -> str:
         else:
             ranges.append([number, number])
     return ",".join(str(low) if low == high else f"{low}-{high}" for low, high in ranges)
-
-
-def filesystem_of(path: str) -> str:
-    """The type of the filesystem `path` is on (the deepest mount above it)."""
-    path, best, kind = os.path.realpath(path), "", "unknown"
-    try:
-        with open("/proc/self/mounts") as mounts:
-            for line in mounts:
-                fields = line.split()
-                mount_point = fields[1].replace("\\040", " ")
-                inside = path == mount_point or path.startswith(mount_point.rstrip("/") + "/")
-                if inside and len(mount_point) >= len(best):
-                    best, kind = mount_point, fields[2]
-    except OSError:
-        pass
-    return kind
 
 
 def cache_facts() -> dict:

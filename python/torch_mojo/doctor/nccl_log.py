@@ -34,6 +34,7 @@ import re
 from dataclasses import dataclass, field
 
 from torch_mojo.doctor.variables import ERROR, WARNING
+from torch_mojo.fabric_info import SOCKET_PROVIDERS
 from torch_mojo.site_settings import PLUGIN_ADVICE, PLUGIN_NETWORK
 
 # Anywhere in the line: what a launcher or a timestamp puts before it is
@@ -54,7 +55,6 @@ NETWORK = re.compile(r"^Using network (?P<network>.+?)\s*$")
 SPAN = re.compile(r"\brank (?P<rank>\d+) nRanks (?P<ranks>\d+) nNodes (?P<nodes>\d+)")
 # NET/<network>/<NIC>, with (<proxy rank>) where a peer's NIC carries it (PXN).
 CHANNEL = re.compile(r"\bvia NET/(?P<network>[^/]+)/\d+(?:\(\d+\))?(?P<gdr>/GDRDMA)?")
-SOCKET_PROVIDERS = ("tcp", "sockets", "udp", "net")
 UNREAD_KEPT = 3  # lines shown where a log does not say what was expected
 # What says which network was used, for a log that lacks it.
 EXPECTED = '"Using network <name>" or "Channel ... via NET/<name>/..." (NCCL_DEBUG_SUBSYS=INIT,NET prints them)'

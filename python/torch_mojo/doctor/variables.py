@@ -19,6 +19,7 @@ import re
 import socket
 
 from torch_mojo import env, launcher, libraries, site_settings
+from torch_mojo.doctor.filesystems import SHARED_FILESYSTEMS, filesystem_of
 
 ERROR, WARNING = "error", "warning"
 
@@ -119,8 +120,6 @@ def review_libfabric(environ, parameters: dict[str, int]) -> list[tuple[str, str
 def review_site_settings(environ, network: str, gpu: str) -> list[tuple[str, str]]:
     """The settings sites publish for this node's network and GPUs that
     the environment lacks or sets otherwise."""
-    from torch_mojo.doctor.facts import SHARED_FILESYSTEMS, filesystem_of
-
     findings = []
     title = site_settings.machine_title(network, gpu)
     for setting in site_settings.for_machine(network, gpu):
