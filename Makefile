@@ -2,11 +2,12 @@
 #   make demo   set up, build, and train the DDP example on 2 ranks over `mojo`
 #   make test   set up, build, and run the test suite
 #   make spack-check   also install torch-mojo with Spack (slow; not in `make test`)
-#   make package-check the Spack install, both site environments concretized,
+#   make package-check the Spack install, the site environments concretized,
 #                      the conda recipe's build script (slow; what CI runs after `make test`)
 #   make scale-check   the conformance matrix across 8 simulated nodes (slow; what CI runs after `make test`)
 #   make slurm-check   jobs under a real Slurm started on this machine (slow; what CI runs after `make test`)
 #   make clients-check accelerate, the Trainer and Lightning on mojo against gloo (what CI runs after `make test`)
+#   make torchft-check torchft's replica groups on mojo and on gloo, killed and rejoined (what CI runs after `make test`)
 #   make torchcomms-check torchcomms built once into the cache, torch-mojo's backend for it,
 #                      and training through it (what CI runs after `make test`)
 #   make torchcomms-suite torchcomms' own tests on mojo, every file, at 2 and 4 ranks (slow)
@@ -18,7 +19,7 @@ BIN := $(VENV)/bin
 NPROC ?= 2
 SOURCES := $(shell find cpp kernels modulefiles cmake -type f) CMakeLists.txt pyproject.toml
 
-.PHONY: demo test spack-check package-check scale-check slurm-check clients-check torchcomms-check torchcomms-suite pytorch-suite build setup clean
+.PHONY: demo test spack-check package-check scale-check slurm-check clients-check torchft-check torchcomms-check torchcomms-suite pytorch-suite build setup clean
 
 # The trained weights go to build/, out of the source tree.
 demo: build
@@ -54,6 +55,14 @@ slurm-check: build
 clients-check: build
 	$(BIN)/pip install --quiet -r requirements-clients.txt -c requirements-dev.txt
 	$(BIN)/python -m pytest tests -m clients
+
+# examples/torchft/ on mojo and on torchft's gloo: a Lighthouse and replica
+# groups under torchrun, one killed and rejoined, one stopped and dropped,
+# with torchft's pinned version (requirements-torchft.txt) added to .venv
+# (about two minutes).
+torchft-check: build
+	$(BIN)/pip install --quiet -r requirements-torchft.txt -c requirements-dev.txt
+	$(BIN)/python -m pytest tests -m torchft
 
 # torchcomms 0.3.0 from ../shared/vendor, built once into the cache (about
 # seven minutes the first time) and installed into .venv; torch-mojo rebuilt

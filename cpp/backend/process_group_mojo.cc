@@ -131,11 +131,12 @@ void publishWhereabouts(c10d::Store& job, uint64_t globalRank) {
 ProcessGroupMojo::ProcessGroupMojo(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                    int size, std::chrono::milliseconds timeout,
                                    std::vector<uint64_t> globalRanks,
-                                   std::optional<AcceleratorSetup> accelerator)
+                                   std::optional<AcceleratorSetup> accelerator, StoreScope scope)
     : Backend(rank, size),
       accelerator_(std::move(accelerator)),
       timeout_(timeout),
-      store_(forThisAttempt(store)),
+      store_(scope == StoreScope::Group ? store : forThisAttempt(store)),
+      jobStore_(scope == StoreScope::Group ? store : jobStore(store)),
       globalRanks_(std::move(globalRanks)),
       status_(std::make_shared<c10d::ProcessGroupStatus>()),
       watched_(WatchdogSettings::get().mode != WatchdogSettings::Mode::Off) {
@@ -150,7 +151,7 @@ ProcessGroupMojo::ProcessGroupMojo(const c10::intrusive_ptr<c10d::Store>& store,
   } catch (const std::exception& error) {
     TORCH_CHECK(false, error.what(), " (reinstall torch-mojo: its libmojoccl.so is missing or broken)");
   }
-  publishWhereabouts(*jobStore(store), globalRank());
+  publishWhereabouts(*jobStore_, globalRank());
   storeWatch_ = watchServerOf(store);
   createCommunicator(*host_, *store_, "torch_mojo_unique_id");
   traceLibrary(host_->library());
@@ -202,7 +203,7 @@ void ProcessGroupMojo::announceExit() {
     if (group->storeGone()) continue;
     try {
       const std::string entry = std::to_string(group->globalRank()) + ",";
-      jobStore(group->store_)->append(kExitingKey, std::vector<uint8_t>(entry.begin(), entry.end()));
+      group->jobStore_->append(kExitingKey, std::vector<uint8_t>(entry.begin(), entry.end()));
     } catch (const std::exception&) {
       // The store went with its host: the peers will have more to say than this.
     }
@@ -216,7 +217,7 @@ std::vector<int> ProcessGroupMojo::failedRanks() {
   // Without a store to ask, the ranks that ended without leaving are what is known.
   try {
     const std::set<uint64_t> exiting =
-        storeGone() ? std::set<uint64_t>{} : exitingRanks(*jobStore(store_));
+        storeGone() ? std::set<uint64_t>{} : exitingRanks(*jobStore_);
     for (int rank = 0; rank < size_; ++rank)
       if (rank != rank_ && exiting.count(globalRanks_[rank])) failed.push_back(rank);
   } catch (const std::exception&) {
@@ -321,7 +322,7 @@ void ProcessGroupMojo::createCommunicator(Communicator& comm, c10d::Store& store
 std::string ProcessGroupMojo::neverCheckedIn(c10d::Store& store, const std::string& key) {
   std::string missing;
   try {
-    auto job = jobStore(store_);
+    auto& job = jobStore_;
     for (int rank = 0; rank < size_; ++rank) {
       if (store.check({key + "/checked_in/" + std::to_string(rank)})) continue;
       const uint64_t global = globalRanks_[rank];
@@ -383,7 +384,7 @@ void ProcessGroupMojo::markReported(uint64_t sequence) {
 const char* ProcessGroupMojo::raisesInCaller() const {
   if (WatchdogSettings::get().mode == WatchdogSettings::Mode::Raise)
     return "TORCH_MOJO_BACKEND_PG_WATCHDOG=raise";
-  return ownerRaises_.load() ? "abort_process_on_timeout_or_error=False" : nullptr;
+  return raisingOwner_.load();
 }
 
 void ProcessGroupMojo::onFailure(std::function<void()> hook) {

@@ -62,11 +62,20 @@ struct AcceleratorSetup {
   std::string libraryKind;  // "nccl", "rccl" or "mojoccl": names it in messages
 };
 
+// What the store a group is given holds. A job's store (torchrun's, or
+// init_process_group's) under the group's prefix: the keys every group of
+// the job reads go beneath that prefix, and all of them under this
+// torchrun attempt's (its restarts keep the store). A group's own store
+// (torchft's, one per quorum, served by another replica group's torchrun):
+// everything stays under it, whatever this process's attempt.
+enum class StoreScope { Job, Group };
+
 class ProcessGroupMojo : public c10d::Backend {
  public:
   ProcessGroupMojo(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                    std::chrono::milliseconds timeout, std::vector<uint64_t> globalRanks = {},
-                   std::optional<AcceleratorSetup> accelerator = std::nullopt);
+                   std::optional<AcceleratorSetup> accelerator = std::nullopt,
+                   StoreScope scope = StoreScope::Job);
   ~ProcessGroupMojo() override;
 
   const std::string getBackendName() const override { return "mojo"; }
@@ -177,10 +186,11 @@ class ProcessGroupMojo : public c10d::Backend {
   // ---- what the watchdog (watchdog.cc) reads and does (job_trace.hpp)
   // A failure or timeout of this group raises in its caller instead of
   // ending the run: TORCH_MOJO_BACKEND_PG_WATCHDOG=raise does it for every
-  // group, raiseErrorsInCaller() for this one (torchcomms'
-  // abort_process_on_timeout_or_error=False). Returns what asked for it,
-  // or nullptr where nothing did.
-  void raiseErrorsInCaller() { ownerRaises_.store(true); }
+  // group, raiseErrorsInCaller(owner) for this one (torchcomms'
+  // abort_process_on_timeout_or_error=False, torchft, which rebuilds the
+  // group). `owner`, a string literal, names what asked; raisesInCaller()
+  // returns it, or nullptr where nothing did.
+  void raiseErrorsInCaller(const char* owner) { raisingOwner_.store(owner); }
   const char* raisesInCaller() const;
   // Runs where the watchdog is about to abort this group (a timeout, or
   // any failure where the run ends): torchcomms' abort hooks, where its
@@ -310,12 +320,15 @@ class ProcessGroupMojo : public c10d::Backend {
   std::optional<LastSplit> lastSplit_;  // split() is asked once per device type
   uint64_t shrinks_ = 0;                 // each shrink's keys in the store are its own
   c10::intrusive_ptr<c10d::Store> store_;
+  // Where what one process says of itself goes (its whereabouts, that it
+  // is ending), for every group of the job to read (StoreScope).
+  c10::intrusive_ptr<c10d::Store> jobStore_;
   std::shared_ptr<StoreWatch> storeWatch_;
   std::vector<uint64_t> globalRanks_;
   size_t groupId_;
   std::shared_ptr<c10d::ProcessGroupStatus> status_;
   bool watched_;  // TORCH_MOJO_BACKEND_PG_WATCHDOG is not off
-  std::atomic<bool> ownerRaises_{false};
+  std::atomic<const char*> raisingOwner_{nullptr};
   std::function<void()> failureHook_;  // guarded by mutex_
   std::once_flag ranksRecorded_;
   std::atomic<std::chrono::milliseconds> timeout_;

@@ -23,22 +23,28 @@ PYBIND11_MODULE(_C, module) {
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        std::chrono::milliseconds timeout, std::vector<uint64_t> globalRanks,
                        std::optional<c10::Device> device, std::string libraryPath,
-                       std::string libraryKind) {
+                       std::string libraryKind, bool groupStore) {
              std::optional<torch_mojo::AcceleratorSetup> accelerator;
              if (device) accelerator = torch_mojo::AcceleratorSetup{*device, libraryPath, libraryKind};
-             return c10::make_intrusive<ProcessGroupMojo>(store, rank, size, timeout,
-                                                          std::move(globalRanks), accelerator);
+             return c10::make_intrusive<ProcessGroupMojo>(
+                 store, rank, size, timeout, std::move(globalRanks), accelerator,
+                 groupStore ? torch_mojo::StoreScope::Group : torch_mojo::StoreScope::Job);
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
            py::arg("global_ranks") = std::vector<uint64_t>{}, py::arg("device") = std::nullopt,
            py::arg("library_path") = "", py::arg("library_kind") = "",
-           py::call_guard<py::gil_scoped_release>())
+           // The store is this group's alone (torchft's per quorum): StoreScope::Group.
+           py::arg("group_store") = false, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("library_path", &ProcessGroupMojo::libraryPath)
       .def_property_readonly("library_version", &ProcessGroupMojo::libraryVersion)
       .def("failed_ranks", &ProcessGroupMojo::failedRanks)
       .def("turned_away", &ProcessGroupMojo::turnedAway)
       // ProcessGroupNCCL's query, which torch binds for its own class only.
-      .def("get_error", &ProcessGroupMojo::getError);
+      .def("get_error", &ProcessGroupMojo::getError)
+      // torchft rebuilds a group whose peer failed: the failure must reach
+      // it as an error, not end the process.
+      .def("_raise_errors_in_caller",
+           [](ProcessGroupMojo& group) { group.raiseErrorsInCaller("torch_mojo.torchft.ProcessGroupMojo"); });
 
   module.def(
       "_shared_tensor",

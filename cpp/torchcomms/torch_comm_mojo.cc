@@ -161,7 +161,8 @@ void TorchCommMojo::open(at::Device device, const std::string& name,
   // the flight recorder and the watchdog's reports show.
   group_->setGroupUid(name);
   group_->setGroupDesc(name);
-  if (!options.abort_process_on_timeout_or_error) group_->raiseErrorsInCaller();
+  if (!options.abort_process_on_timeout_or_error)
+    group_->raiseErrorsInCaller("abort_process_on_timeout_or_error=False");
   group_->onFailure([this] { runAbortHooks(); });
   version_ = "mojoccl " + std::to_string(group_->libraryVersion());
 }

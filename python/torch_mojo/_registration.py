@@ -37,24 +37,24 @@ def _follow_torch_determinism():
 
 
 def _create_backend(backend_options, _pg_options):
+    """What c10d asks of a registered backend (init_process_group, new_group)."""
+    return make_backend(backend_options.store, backend_options.group_rank, backend_options.group_size,
+                       backend_options.timeout, list(backend_options.global_ranks_in_group))
+
+
+def make_backend(store, rank, size, timeout, global_ranks=(), group_store=False):
     """One process group for CPU tensors and, where there is one, for the
     accelerator's: c10d makes a single backend when every device maps to
     mojo. Its communicator on the accelerator is made now, on the current
-    device, with the library the guide's search order finds."""
+    device, with the library the guide's search order finds. `group_store`:
+    the store is this group's alone (torchft's), not a job's under the
+    group's prefix."""
     _C = _load_core()
     _follow_torch_determinism()
     device = libraries.current_accelerator()
     library_path, library_kind = libraries.accelerator_library(device.type) if device else ("", "")
-    return _C.ProcessGroupMojo(
-        backend_options.store,
-        backend_options.group_rank,
-        backend_options.group_size,
-        backend_options.timeout,
-        list(backend_options.global_ranks_in_group),
-        device=device,
-        library_path=library_path,
-        library_kind=library_kind,
-    )
+    return _C.ProcessGroupMojo(store, rank, size, timeout, list(global_ranks), device=device,
+                               library_path=library_path, library_kind=library_kind, group_store=group_store)
 
 
 def _install_trace_dumps(_C):

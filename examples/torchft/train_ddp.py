@@ -1,0 +1,92 @@
+"""Data-parallel training that survives a lost replica group, with torchft
+on `mojo` (or on gloo, to compare): torchft's Lighthouse forms a quorum of
+the replica groups at every step, a group that dies drops out while the
+others go on, and when torchrun restarts it, it rejoins and receives the
+healthy groups' weights.
+
+    torchft_lighthouse --min_replicas 1 --quorum_tick_ms 100 --join_timeout_ms 1000 &
+    export TORCHFT_LIGHTHOUSE=http://localhost:29510
+    REPLICA_GROUP_ID=0 torchrun --nproc-per-node 1 --max-restarts 3 --master-port 29600 \\
+        examples/torchft/train_ddp.py --backend mojo --steps 50 &
+    REPLICA_GROUP_ID=1 torchrun --nproc-per-node 1 --max-restarts 3 --master-port 29700 \\
+        examples/torchft/train_ddp.py --backend mojo --steps 50
+
+Each committed step prints `replica R step S loss L`; the end prints a
+digest of the weights, the same in every group. The data are generated
+(the same batches for a step whichever group trains it), so a run needs
+nothing to download.
+"""
+
+import argparse
+import hashlib
+import os
+import time
+from datetime import timedelta
+
+import torch
+from torch import nn, optim
+from torchft import Manager, Optimizer, ProcessGroupGloo
+
+from torch_mojo.torchft import DistributedDataParallel, ProcessGroupMojo
+
+
+def parse():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", choices=["mojo", "gloo"], default="mojo")
+    parser.add_argument("--steps", type=int, default=50, help="committed steps to train")
+    parser.add_argument("--width", type=int, default=256, help="hidden units: the gradient's size")
+    parser.add_argument("--step-delay", type=float, default=0.0, help="seconds of extra work per step")
+    parser.add_argument("--timeout", type=float, default=10.0, help="the process group's timeout, seconds")
+    return parser.parse_args()
+
+
+def batch(step: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(1000 + step)
+    inputs = torch.randn(32, width, generator=generator)
+    return inputs, (inputs.sum(dim=1) > 0).long()
+
+
+def digest(model: nn.Module) -> str:
+    state = model.state_dict()
+    return hashlib.sha256(b"".join(state[name].numpy().tobytes() for name in sorted(state))).hexdigest()[:16]
+
+
+def main():
+    args = parse()
+    replica = int(os.environ.get("REPLICA_GROUP_ID", 0))
+    torch.manual_seed(replica)  # each group starts from other weights: healing makes them one
+    model = nn.Sequential(nn.Linear(args.width, args.width), nn.ReLU(), nn.Linear(args.width, 2))
+    optimizer = optim.SGD(model.parameters(), lr=0.05)
+    timeout = timedelta(seconds=args.timeout)
+    group = ProcessGroupMojo(timeout=timeout) if args.backend == "mojo" else ProcessGroupGloo(timeout=timeout)
+
+    manager = Manager(
+        pg=group,
+        min_replica_size=1,
+        load_state_dict=lambda state: (model.load_state_dict(state["model"]),
+                                       optimizer.load_state_dict(state["optim"])),
+        state_dict=lambda: {"model": model.state_dict(), "optim": optimizer.state_dict()},
+        replica_id=f"train_ddp_{replica}",
+        timeout=timeout,
+    )
+    ddp = DistributedDataParallel(manager, model)
+    wrapped = Optimizer(manager, optimizer)
+    loss_function = nn.CrossEntropyLoss()
+    started = time.perf_counter()
+    while manager.current_step() < args.steps:
+        step = manager.current_step()
+        wrapped.zero_grad()  # starts the quorum of this step
+        inputs, labels = batch(step, args.width)
+        loss = loss_function(ddp(inputs), labels)
+        loss.backward()  # the gradients' all-reduce across the quorum
+        time.sleep(args.step_delay)
+        if manager.should_commit():  # False where the quorum lost a group this step
+            optimizer.step()
+            print(f"replica {replica} step {manager.current_step()} loss {loss.item():.4f} "
+                  f"participants {manager.num_participants()} t {time.perf_counter() - started:.3f}", flush=True)
+    print(f"replica {replica} done step {manager.current_step()} weights {digest(model)}", flush=True)
+    manager.shutdown(wait=False)
+
+
+if __name__ == "__main__":
+    main()
