@@ -73,7 +73,7 @@ LAUNCHERS = {
                       "srun --network=disable_rdzv_get -N 2 --ntasks-per-node=4 --gpus-per-task=1 python train.py"),
     "flux": Launcher("Flux", "flux run --setattr=rdzv_get_en=0",
                      "flux run --setattr=rdzv_get_en=0 -N 2 --tasks-per-node=4 --gpus-per-task=1 python train.py"),
-    "pbs": Launcher("PBS Pro", "mpiexec --disable-rdzv-get (some HPE releases spell it --disable_rdzv_get)",
+    "pbs": Launcher("PBS Pro", "mpiexec --disable-rdzv-get",
                     "mpiexec --disable-rdzv-get -n 8 --ppn 4 python train.py"),
 }
 

@@ -26,10 +26,13 @@ from torchft import ddp
 from torchft.process_group import ProcessGroupWrapper
 
 from torch_mojo._registration import make_backend
+from torch_mojo.libraries import current_accelerator
 
 
 class ProcessGroupMojo(ProcessGroupWrapper):
     """A reconfigurable `mojo` process group for torchft."""
+
+    _backend = None  # the group of the current quorum's, once configured
 
     def _create_pg(self, store, rank: int, world_size: int) -> BaseProcessGroup:
         # torchft's store holds this quorum's keys alone, and its replica
@@ -41,7 +44,7 @@ class ProcessGroupMojo(ProcessGroupWrapper):
         custom = BaseProcessGroup.BackendType.CUSTOM
         group._set_default_backend(custom)
         group._register_backend(torch.device("cpu"), custom, backend)
-        accelerator = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+        accelerator = current_accelerator()  # the device make_backend made the group for
         if accelerator is not None:
             group._register_backend(accelerator, custom, backend)
         return group
@@ -49,8 +52,7 @@ class ProcessGroupMojo(ProcessGroupWrapper):
     def errored(self) -> Optional[Exception]:
         """The failure that makes this group unusable (a peer gone, a call
         timed out), for torchft to reconfigure on; None while it is sound."""
-        backend = getattr(self, "_backend", None)
-        error = backend.get_error() if backend is not None else ErrorType.SUCCESS
+        error = self._backend.get_error() if self._backend is not None else ErrorType.SUCCESS
         return None if error == ErrorType.SUCCESS else RuntimeError(f"the mojo process group failed ({error.name})")
 
     def getBackendName(self) -> str:
