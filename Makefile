@@ -2,9 +2,9 @@
 #   make demo   set up, build, and train the DDP example on 2 ranks over `mojo`
 #   make test   set up, build, and run the test suite
 #   make spack-check   also install torch-mojo with Spack (slow; not in `make test`)
-#   make package-check the Spack install, the site environments concretized,
-#                      the conda recipe's build script (slow; what CI runs after `make test`)
-#   make scale-check   the conformance matrix across 8 simulated nodes (slow; what CI runs after `make test`)
+#   make package-check the site environments concretized, the conda recipe's build
+#                      script, the container install step (what CI runs after `make test`)
+#   make scale-check   the long runs between simulated nodes, up to 8 (slow; what CI runs after `make test`)
 #   make slurm-check   jobs under a real Slurm started on this machine (slow; what CI runs after `make test`)
 #   make clients-check accelerate, the Trainer and Lightning on mojo against gloo (what CI runs after `make test`)
 #   make torchft-check torchft's replica groups on mojo and on gloo, killed and rejoined (what CI runs after `make test`)
@@ -33,12 +33,17 @@ test: build
 spack-check: build
 	$(BIN)/python -m pytest tests -m spack_install
 
-# spack-check, and what else builds or solves packages (about 25 minutes).
+# What builds or solves packages, short of the Spack install (about ten
+# minutes): Spack's audit and the site environments' solves, the conda
+# recipe's build script, the container's install step.
 package-check: build
-	$(BIN)/python -m pytest tests -m "spack_install or packaging"
+	$(BIN)/python -m pytest tests -m packaging
 
-# The conformance matrix across 8 simulated nodes of one rank each (about
-# two minutes; 2 and 4 nodes are in `make test`).
+# The long runs between simulated nodes (about ten minutes): the matrix
+# across 8 nodes of one rank and 4 interleaved nodes, the soak across 8,
+# the forced algorithms at 5 nodes, rails on two domains and out of step,
+# libfabric's net provider. 2 nodes, and the shorter runs up to 4, are in
+# `make test`.
 scale-check: build
 	$(BIN)/python -m pytest tests -m scale
 

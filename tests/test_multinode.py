@@ -24,9 +24,14 @@ def on_nodes(*hosts):
     return {rank: {"MOJOCCL_HOSTID": host} for rank, host in enumerate(hosts)}
 
 
+# The long runs between nodes (6 to 8 ranks, or minutes of jitter) are
+# `make scale-check`'s, in CI after `make test`.
+LONG = pytest.mark.scale
+
+
 @pytest.mark.parametrize(
     "hosts",
-    [("a", "a", "b", "b"), ("a", "b", "c", "d", "a", "c"), ("a", "b")],
+    [("a", "a", "b", "b"), pytest.param(("a", "b", "c", "d", "a", "c"), marks=LONG), ("a", "b")],
     ids=["2 nodes x 2 ranks", "4 nodes of 1-2 ranks, interleaved", "1 rank per node"],
 )
 def test_conformance_matrix_across_nodes(hosts):
@@ -35,7 +40,8 @@ def test_conformance_matrix_across_nodes(hosts):
         assert "checked" in result.stdout
 
 
-@pytest.mark.parametrize("direct_nodes, hosts", [("16", ("a", "b")), ("1", ("a", "b", "b", "c"))],
+@pytest.mark.parametrize("direct_nodes, hosts",
+                         [("16", ("a", "b")), pytest.param("1", ("a", "b", "b", "c"), marks=LONG)],
                          ids=["directly, 2 nodes", "by Bruck's all-gather, 3 nodes"])
 def test_conformance_matrix_with_frames_in_pieces(direct_nodes, hosts):
     # ofi_rxm's eager limit as a site may set it (16 KiB, libfabric's own
@@ -51,14 +57,14 @@ def test_conformance_matrix_with_frames_in_pieces(direct_nodes, hosts):
         assert "checked" in result.stdout
 
 
-@pytest.mark.scale
+@LONG
 def test_conformance_matrix_across_eight_nodes():
-    # About two minutes on 2 cores: `make scale-check`.
     results = run_worker("collectives", 8, env=FABRIC, rank_env=on_nodes(*"abcdefgh"), timeout=900)
     for result in results:
         assert "checked" in result.stdout
 
 
+@LONG
 def test_soak_random_collectives_across_eight_nodes():
     # The soak job of test_faults (random collectives on the world and on
     # subgroups, half asynchronous, every result checked), one rank per node;
@@ -70,6 +76,7 @@ def test_soak_random_collectives_across_eight_nodes():
         assert ", 0 wrong" in result.stdout, result.stdout
 
 
+@LONG
 def test_conformance_matrix_over_libfabrics_net_provider():
     # libfabric 1.17's `net`: reliable datagrams over TCP without ofi_rxm
     # (the provider later libfabric calls tcp), its messages in pieces as
@@ -229,6 +236,7 @@ def test_an_eager_size_that_differs_between_ranks_fails_every_rank():
                 "rank 0 and '130816' on rank 1: set it alike on every rank") in result.stdout, result.stdout
 
 
+@LONG
 def test_rails_each_local_rank_on_its_own_domain():
     # Nodes of 2 ranks, interleaved: local rank i of each node carries slice
     # i of a large all-reduce on its own endpoint, here on its own domain of
@@ -257,8 +265,8 @@ def _tcp_domains():
 
 @pytest.mark.parametrize("algorithm, hosts", [
     ("recursive_doubling", ("a", "a", "b", "b", "c")),
-    ("rabenseifner", ("a", "b", "b", "c", "d", "e")),
-    ("tree", ("a", "b", "b", "c", "d", "e")),
+    pytest.param("rabenseifner", ("a", "b", "b", "c", "d", "e"), marks=LONG),
+    pytest.param("tree", ("a", "b", "b", "c", "d", "e"), marks=LONG),
     ("tree", ("a", "b", "c", "d")),
 ], ids=["recursive doubling, 3 nodes", "rabenseifner, 5 nodes", "tree, 5 nodes", "tree, 4 nodes"])
 def test_an_algorithm_forced_where_the_node_count_is_not_a_power_of_two(algorithm, hosts):
@@ -328,6 +336,7 @@ def test_broadcasts_on_rails_carry_a_slice_from_every_local_rank(rails, scenario
         assert registered == (result.rank in carriers), result.stderr[-3000:]
 
 
+@LONG
 def test_rails_with_ranks_out_of_step():
     # Every rank sleeps a random 0-3 ms before each call, so a rail peer's
     # data often arrives long before the receive: all-gathers,
