@@ -27,7 +27,8 @@ import torch
 from torch import nn, optim
 from torchft import Manager, Optimizer, ProcessGroupGloo
 
-from torch_mojo.torchft import DistributedDataParallel, ProcessGroupMojo
+from torch_mojo.torchft import (DistributedDataParallel, ProcessGroupMojo, lighthouse_named_on_timeout,
+                                require_lighthouse)
 
 
 def parse():
@@ -37,6 +38,8 @@ def parse():
     parser.add_argument("--width", type=int, default=256, help="hidden units: the gradient's size")
     parser.add_argument("--step-delay", type=float, default=0.0, help="seconds of extra work per step")
     parser.add_argument("--timeout", type=float, default=10.0, help="the process group's timeout, seconds")
+    parser.add_argument("--quorum-timeout", type=float, default=60.0,
+                        help="seconds to wait for a quorum (past the Lighthouse's --join_timeout_ms)")
     return parser.parse_args()
 
 
@@ -58,6 +61,7 @@ def main():
     model = nn.Sequential(nn.Linear(args.width, args.width), nn.ReLU(), nn.Linear(args.width, 2))
     optimizer = optim.SGD(model.parameters(), lr=0.05)
     timeout = timedelta(seconds=args.timeout)
+    require_lighthouse(timeout=timeout)  # on every rank: torchft's Manager tells the first alone
     group = ProcessGroupMojo(timeout=timeout) if args.backend == "mojo" else ProcessGroupGloo(timeout=timeout)
 
     manager = Manager(
@@ -68,22 +72,24 @@ def main():
         state_dict=lambda: {"model": model.state_dict(), "optim": optimizer.state_dict()},
         replica_id=f"train_ddp_{replica}",
         timeout=timeout,
+        quorum_timeout=timedelta(seconds=args.quorum_timeout),
     )
     ddp = DistributedDataParallel(manager, model)
     wrapped = Optimizer(manager, optimizer)
     loss_function = nn.CrossEntropyLoss()
     started = time.perf_counter()
-    while manager.current_step() < args.steps:
-        step = manager.current_step()
-        wrapped.zero_grad()  # starts the quorum of this step
-        inputs, labels = batch(step, args.width)
-        loss = loss_function(ddp(inputs), labels)
-        loss.backward()  # the gradients' all-reduce across the quorum
-        time.sleep(args.step_delay)
-        if manager.should_commit():  # False where the quorum lost a group this step
-            optimizer.step()
-            print(f"replica {replica} step {manager.current_step()} loss {loss.item():.4f} "
-                  f"participants {manager.num_participants()} t {time.perf_counter() - started:.3f}", flush=True)
+    with lighthouse_named_on_timeout():  # a Lighthouse gone mid-run
+        while manager.current_step() < args.steps:
+            step = manager.current_step()
+            wrapped.zero_grad()  # starts the quorum of this step
+            inputs, labels = batch(step, args.width)
+            loss = loss_function(ddp(inputs), labels)
+            loss.backward()  # the gradients' all-reduce across the quorum
+            time.sleep(args.step_delay)
+            if manager.should_commit():  # False where the quorum lost a group this step
+                optimizer.step()
+                print(f"replica {replica} step {manager.current_step()} loss {loss.item():.4f} "
+                      f"participants {manager.num_participants()} t {time.perf_counter() - started:.3f}", flush=True)
     print(f"replica {replica} done step {manager.current_step()} weights {digest(model)}", flush=True)
     manager.shutdown(wait=False)
 

@@ -17,7 +17,13 @@ a group of init_process_group.
 
 from __future__ import annotations
 
+import os
+import socket
+import time
+from contextlib import contextmanager
+from datetime import timedelta
 from typing import Optional
+from urllib.parse import urlsplit
 
 import torch
 from torch._C._distributed_c10d import ErrorType
@@ -57,6 +63,46 @@ class ProcessGroupMojo(ProcessGroupWrapper):
 
     def getBackendName(self) -> str:
         return "torchft-mojo"
+
+
+def require_lighthouse(address: Optional[str] = None, timeout: timedelta = timedelta(seconds=30)) -> None:
+    """Wait up to `timeout` for torchft's Lighthouse at `address` (default
+    TORCHFT_LIGHTHOUSE) to take a connection, and raise where it does not.
+    Called on every rank before torchft's Manager: without it only a
+    group's first rank, which talks to the Lighthouse, says that it is
+    unreachable (after torchft's connect timeout, 60 s), and the others wait
+    until torchrun ends them, saying nothing."""
+    address = address or os.environ.get("TORCHFT_LIGHTHOUSE")
+    if not address:
+        raise RuntimeError("TORCHFT_LIGHTHOUSE is not set: set it to the address of torchft's Lighthouse "
+                           "(for instance http://host:29510, where torchft_lighthouse runs)")
+    parts = urlsplit(address if "://" in address else f"http://{address}")
+    if not parts.hostname or not parts.port:
+        raise RuntimeError(f"TORCHFT_LIGHTHOUSE is '{address}': give it as http://host:port")
+    deadline = time.monotonic() + timeout.total_seconds()
+    while True:  # the Lighthouse may be starting at the same moment as the job
+        try:
+            socket.create_connection((parts.hostname, parts.port), timeout=1).close()
+            return
+        except OSError as error:
+            if time.monotonic() >= deadline:
+                raise RuntimeError(
+                    f"torchft's Lighthouse at {address} did not answer within {timeout.total_seconds():g} s "
+                    f"({error.strerror or error}): start torchft_lighthouse there first, or set "
+                    f"TORCHFT_LIGHTHOUSE to where it runs") from None
+            time.sleep(0.2)
+
+
+@contextmanager
+def lighthouse_named_on_timeout(address: Optional[str] = None):
+    """Around a training loop: a quorum that timed out (torchft's bare
+    "TimeoutError: Timeout expired", after its quorum_timeout) raises the
+    error that names the Lighthouse, where the Lighthouse has gone."""
+    try:
+        yield
+    except TimeoutError:
+        require_lighthouse(address, timedelta(seconds=1))
+        raise
 
 
 class DistributedDataParallel(ddp.DistributedDataParallel):
