@@ -62,9 +62,10 @@ clients-check: build
 	$(BIN)/python -m pytest tests -m clients
 
 # examples/torchft/ on mojo and on torchft's gloo: a Lighthouse and replica
-# groups under torchrun, one killed and rejoined, one stopped and dropped,
+# groups under torchrun, killed and rejoined (one, two of three, a rank of
+# an HSDP group), one stopped and dropped, the Lighthouse absent or gone,
 # with torchft's pinned version (requirements-torchft.txt) added to .venv
-# (about two minutes).
+# (about five minutes).
 torchft-check: build
 	$(BIN)/pip install --quiet -r requirements-torchft.txt -c requirements-dev.txt
 	$(BIN)/python -m pytest tests -m torchft

@@ -23,8 +23,11 @@
 #     spreads by benchmarks/rounds.py;
 #   deterministic: all_reduce and reduce_scatter with MOJOCCL_DETERMINISTIC=1
 #     and without, 5 rounds alternating: 2 ranks in one node (mojo) and as 2
-#     nodes (mojo+fabric), 2 nodes of 2 ranks.
-# Usage: benchmarks/run.sh [output-dir] [all|one-node|between-nodes|threads|latency|small|deterministic]
+#     nodes (mojo+fabric), 2 nodes of 2 ranks;
+#   fault-tolerance: torchft's replica groups, step time, recovery from a
+#     kill and a new quorum's group, mojo against gloo
+#     (benchmarks/fault_tolerance.py).
+# Usage: benchmarks/run.sh [output-dir] [all|one-node|between-nodes|threads|latency|small|deterministic|fault-tolerance]
 #   (default: benchmarks/results, all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -135,14 +138,21 @@ deterministic() {
   rm -r "$runs"
 }
 
+# torchft's replica groups on mojo against torchft on gloo (needs torchft:
+# make torchft-check installs it).
+fault_tolerance() {
+  "$bin/python" benchmarks/fault_tolerance.py --rounds 3 --output "$out/fault-tolerance.txt"
+}
+
 case "$part" in
-  all) one_node; between_nodes; threads; latency; small; deterministic ;;
+  all) one_node; between_nodes; threads; latency; small; deterministic; fault_tolerance ;;
   one-node) one_node ;;
   between-nodes) between_nodes ;;
   threads) threads ;;
   latency) latency ;;
   small) small ;;
   deterministic) deterministic ;;
-  *) echo "benchmarks/run.sh: the part is all, one-node, between-nodes, threads, latency, small or deterministic," \
-       "not '$part'" >&2; exit 2 ;;
+  fault-tolerance) fault_tolerance ;;
+  *) echo "benchmarks/run.sh: the part is all, one-node, between-nodes, threads, latency, small, deterministic" \
+       "or fault-tolerance, not '$part'" >&2; exit 2 ;;
 esac

@@ -144,6 +144,15 @@ def ccl_job(hosts, env, scenario="init", timeout=60):
     return run_worker("ccl", len(hosts), scenario, env=env, rank_env=on_nodes(*hosts), timeout=timeout)
 
 
+def test_a_process_that_replaces_its_communicator_gets_its_next_endpoint_ready():
+    # The first replacement opens its endpoint between nodes itself, and the
+    # next one's in the background (fabric_endpoint.h): the third and later
+    # take theirs ready.
+    for result in ccl_job("aab", {**FABRIC, "MOJOCCL_IB_TRACE": "1"}, "rebuilt"):
+        assert "ok round 4" in result.stdout, result.stdout + result.stderr[-3000:]
+        assert result.stderr.count("its endpoint the spare") == 3, result.stderr
+
+
 def test_trace_names_each_ranks_node_and_provider():
     # No provider set: `auto` finds no cxi, verbs or efa here and takes tcp.
     results = ccl_job("aab", {"MOJOCCL_IB_TRACE": "1"})

@@ -26,8 +26,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-STEP = re.compile(r"^replica (\d+) step (\d+) loss \S+ participants (\d+) t (\S+)$", re.M)
-DONE = re.compile(r"^replica (\d+) done step (\d+) weights (\w+)$", re.M)
+STEP = re.compile(r"^replica (\d+) step (\d+) loss \S+ participants (\d+) time (\S+)$", re.M)
+DONE = re.compile(r"^replica (\d+)(?: rank (\d+))? done step (\d+) weights (\w+)$", re.M)
 
 
 def free_port() -> int:
@@ -38,7 +38,7 @@ def free_port() -> int:
 
 def start_lighthouse(log: Path, port: int, min_replicas: int = 1) -> subprocess.Popen:
     """torchft's Lighthouse, forming a quorum every 100 ms of whoever
-    joined within a second."""
+    joined within a second, of at least `min_replicas` groups."""
     return subprocess.Popen(
         [str(Path(sys.executable).parent / "torchft_lighthouse"), "--min_replicas", str(min_replicas),
          "--quorum_tick_ms", "100", "--join_timeout_ms", "1000", "--bind", f"[::]:{port}"],
@@ -52,12 +52,12 @@ class Replicas:
 
     def __init__(self, directory: Path, script_args: list[str], groups: int = 2, nproc: int = 1,
                  restarts: int = 2, script: Path = HERE / "train_ddp.py", lighthouse: bool = True,
-                 lighthouse_port: int | None = None, env: dict | None = None):
+                 lighthouse_port: int | None = None, min_replicas: int = 1, env: dict | None = None):
         self.directory = Path(directory)
         self.script = Path(script)
         self.nproc = nproc
         self.lighthouse_port = lighthouse_port or free_port()
-        self.lighthouse = (start_lighthouse(self.directory / "lighthouse.log", self.lighthouse_port)
+        self.lighthouse = (start_lighthouse(self.directory / "lighthouse.log", self.lighthouse_port, min_replicas)
                            if lighthouse else None)
         environ = {**os.environ, "PYTHONPATH": str(ROOT), "TORCH_MOJO_BACKEND_TRACE": "0",
                    "TORCHFT_LIGHTHOUSE": f"http://localhost:{self.lighthouse_port}", **(env or {})}
@@ -74,8 +74,8 @@ class Replicas:
         return self.log(replica).read_text()
 
     def committed(self, replica: int) -> list[tuple[int, int, float]]:
-        """(step, participants, seconds since start) of every step the
-        first rank of `replica` committed."""
+        """(step, participants, time) of every step the first rank of
+        `replica` committed."""
         return committed(self.output(replica), replica)
 
     def wait_for_step(self, replica: int, step: int, timeout: float = 120):
@@ -113,16 +113,17 @@ class Replicas:
 
 
 def committed(output: str, replica: int) -> list[tuple[int, int, float]]:
-    """(step, participants, seconds since start) of every step `replica`
-    committed, in `output`."""
+    """(step, participants, time: seconds since 1970) of every step
+    `replica` committed, in `output`."""
     return [(int(step), int(participants), float(seconds)) for who, step, participants, seconds
             in STEP.findall(output) if int(who) == replica]
 
 
-def final_weights(output: str) -> tuple[int, str]:
-    """(last step, digest of the weights) that a replica printed at its end."""
-    [(_, step, weights)] = set(DONE.findall(output))  # one line per rank of the group, all alike
-    return int(step), weights
+def final_weights(output: str) -> dict[int, tuple[int, str]]:
+    """{rank: (last step, digest of its weights)} that a replica group's
+    ranks printed at their end (rank 0 alone where the group's ranks print
+    one line, their weights being alike)."""
+    return {int(rank or 0): (int(step), weights) for _, rank, step, weights in DONE.findall(output)}
 
 
 def parse():
@@ -130,6 +131,7 @@ def parse():
     parser.add_argument("--groups", type=int, default=2)
     parser.add_argument("--nproc-per-group", type=int, default=1)
     parser.add_argument("--kill", metavar="GROUP@STEP", help="SIGKILL GROUP's first rank after its step STEP")
+    parser.add_argument("--script", default=str(HERE / "train_ddp.py"), help="what each rank runs")
     parser.add_argument("--directory", help="where the logs go (default: a new temporary directory)")
     args, script_args = parser.parse_known_args()
     return args, script_args
@@ -140,7 +142,7 @@ def main():
     directory = Path(args.directory or tempfile.mkdtemp(prefix="torchft-"))
     directory.mkdir(parents=True, exist_ok=True)
     print(f"logs in {directory}", flush=True)
-    run = Replicas(directory, script_args, groups=args.groups, nproc=args.nproc_per_group)
+    run = Replicas(directory, script_args, groups=args.groups, nproc=args.nproc_per_group, script=Path(args.script))
     try:
         if args.kill:
             group, step = (int(part) for part in args.kill.split("@"))
@@ -152,10 +154,10 @@ def main():
     for replica in range(args.groups):
         output = run.output(replica)
         steps = committed(output, replica)
-        starts = output.count("Manager listening on") // args.nproc_per_group
-        step, weights = final_weights(output)
-        print(f"replica {replica}: {len(steps)} steps committed, restarted {starts - 1} times, "
-              f"ended at step {step} with weights {weights}")
+        starts = output.count("Manager listening on")  # from the group's first rank, which runs the Manager server
+        ended = ", ".join(f"rank {rank} at step {step} with weights {weights}"
+                          for rank, (step, weights) in sorted(final_weights(output).items()))
+        print(f"replica {replica}: {len(steps)} steps committed, restarted {starts - 1} times; {ended}")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ healthy groups' weights.
     REPLICA_GROUP_ID=1 torchrun --nproc-per-node 1 --max-restarts 3 --master-port 29700 \\
         examples/torchft/train_ddp.py --backend mojo --steps 50
 
-Each committed step prints `replica R step S loss L`; the end prints a
+Each committed step prints `replica R step S loss L participants P time T`
+(T: the clock's seconds since 1970, to line up with other logs); the end prints a
 digest of the weights, the same in every group. The data are generated
 (the same batches for a step whichever group trains it), so a run needs
 nothing to download.
@@ -49,9 +50,9 @@ def batch(step: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
     return inputs, (inputs.sum(dim=1) > 0).long()
 
 
-def digest(model: nn.Module) -> str:
-    state = model.state_dict()
-    return hashlib.sha256(b"".join(state[name].numpy().tobytes() for name in sorted(state))).hexdigest()[:16]
+def digest(tensors: dict) -> str:
+    """16 hex digits of the tensors' bytes, in the order of their names."""
+    return hashlib.sha256(b"".join(tensors[name].detach().numpy().tobytes() for name in sorted(tensors))).hexdigest()[:16]
 
 
 def main():
@@ -77,7 +78,6 @@ def main():
     ddp = DistributedDataParallel(manager, model)
     wrapped = Optimizer(manager, optimizer)
     loss_function = nn.CrossEntropyLoss()
-    started = time.perf_counter()
     with lighthouse_named_on_timeout():  # a Lighthouse gone mid-run
         while manager.current_step() < args.steps:
             step = manager.current_step()
@@ -89,8 +89,8 @@ def main():
             if manager.should_commit():  # False where the quorum lost a group this step
                 optimizer.step()
                 print(f"replica {replica} step {manager.current_step()} loss {loss.item():.4f} "
-                      f"participants {manager.num_participants()} t {time.perf_counter() - started:.3f}", flush=True)
-    print(f"replica {replica} done step {manager.current_step()} weights {digest(model)}", flush=True)
+                      f"participants {manager.num_participants()} time {time.time():.3f}", flush=True)
+    print(f"replica {replica} done step {manager.current_step()} weights {digest(model.state_dict())}", flush=True)
     manager.shutdown(wait=False)
 
 

@@ -26,8 +26,9 @@ from typing import Optional
 from urllib.parse import urlsplit
 
 import torch
+import torch.distributed as dist
 from torch._C._distributed_c10d import ErrorType
-from torch.distributed import ProcessGroup as BaseProcessGroup
+from torch.distributed import ProcessGroup as BaseProcessGroup, TCPStore
 from torchft import ddp
 from torchft.process_group import ProcessGroupWrapper
 
@@ -103,6 +104,27 @@ def lighthouse_named_on_timeout(address: Optional[str] = None):
     except TimeoutError:
         require_lighthouse(address, timedelta(seconds=1))
         raise
+
+
+def manager_store(timeout: timedelta = timedelta(seconds=60)) -> tuple[str, int, Optional[TCPStore]]:
+    """(host, port, server) of a store that this torchrun attempt's ranks
+    alone share, for torchft's Manager (store_addr=host, store_port=port;
+    keep `server`, the store itself on rank 0, for as long as the Manager).
+    Called by every rank of the replica group after init_process_group.
+
+    torchft 0.2.0's Manager finds its server under a fixed key of the store
+    it is given (by default MASTER_ADDR's, torchrun's), and torchrun keeps
+    that store across the restarts of a group: a restarted group's other
+    ranks can read the server address of the attempt before, fail to
+    connect for 60 s, and take the whole group down again."""
+    server = None
+    address = [None]
+    if dist.get_rank() == 0:
+        server = TCPStore(socket.gethostname(), 0, is_master=True, wait_for_workers=False, timeout=timeout)
+        address = [(socket.gethostname(), server.port)]
+    dist.broadcast_object_list(address, src=0)
+    host, port = address[0]
+    return host, port, server
 
 
 class DistributedDataParallel(ddp.DistributedDataParallel):

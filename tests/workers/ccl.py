@@ -15,10 +15,10 @@ import numpy as np
 from torch_mojo.mojoccl import CclError, Library
 
 
-def shared_unique_id(library: Library, rank: int, scratch: str, timeout=30) -> bytes:
+def shared_unique_id(library: Library, rank: int, scratch: str, timeout=30, name="unique_id") -> bytes:
     """Rank 0 makes the unique id; the others read it from a file, as a
     launcher's store would carry it."""
-    path = os.path.join(scratch, "unique_id")
+    path = os.path.join(scratch, name)
     if rank == 0:
         uid = library.unique_id()
         with open(path + ".tmp", "wb") as file:
@@ -70,6 +70,18 @@ def main():
         library.all_reduce(comm, data, out)
         assert np.array_equal(out, np.arange(1000, dtype=np.float32) * world * (world + 1) / 2)
         print("ok all_reduce", flush=True)
+    elif scenario == "rebuilt":
+        # The communicator replaced 4 times, as torchft replaces its group at
+        # each quorum change; every one's all-reduce checked.
+        for round_number in range(1, 5):
+            library.destroy(comm)
+            uid = shared_unique_id(library, rank, os.environ["TEST_SCRATCH"], name=f"unique_id_{round_number}")
+            comm = library.init(nranks, uid, claimed_rank)
+            data = np.arange(1000, dtype=np.float32) * (rank + round_number)
+            library.all_reduce(comm, data, out)
+            expected = np.arange(1000, dtype=np.float32) * (world * (world - 1) / 2 + world * round_number)
+            assert np.array_equal(out, expected), round_number
+            print(f"ok round {round_number}", flush=True)
     elif scenario == "peer_exits":
         if rank == 1:
             os._exit(0)  # gone without a word

@@ -76,26 +76,13 @@ FabricTransport::FabricTransport(Bootstrap& bootstrap, int rank, int localIndex,
   };
   Address mine{};
   try {
-    check(library_.fabric(info_->fabric_attr, &fabric_, nullptr), "fi_fabric");
-    check(fi_domain(fabric_, info_, &domain_, nullptr), "fi_domain");
-    fi_cq_attr cqAttributes{};
-    cqAttributes.format = FI_CQ_FORMAT_TAGGED;
-    cqAttributes.size = info_->tx_attr->size + info_->rx_attr->size;
-    // With a wait object a rank that has polled a while without news sleeps
-    // until the provider has some (fi_cq_sread), rather than hold a core.
-    cqAttributes.wait_obj = FI_WAIT_UNSPEC;
-    if (fi_cq_open(domain_, &cqAttributes, &cq_, nullptr) != 0) {
-      cqAttributes.wait_obj = FI_WAIT_NONE;
-      check(fi_cq_open(domain_, &cqAttributes, &cq_, nullptr), "fi_cq_open");
-    }
-    canSleep_ = cqAttributes.wait_obj != FI_WAIT_NONE;
-    fi_av_attr avAttributes{};
-    avAttributes.type = FI_AV_TABLE;
-    check(fi_av_open(domain_, &avAttributes, &av_, nullptr), "fi_av_open");
-    check(fi_endpoint(domain_, info_, &endpoint_, nullptr), "fi_endpoint");
-    check(fi_ep_bind(endpoint_, &cq_->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind (completion queue)");
-    check(fi_ep_bind(endpoint_, &av_->fid, 0), "fi_ep_bind (address vector)");
-    check(fi_enable(endpoint_), "fi_enable");
+    objects_ = takeFabricEndpoint(library_, info_);
+    fabric_ = objects_->fabric;
+    domain_ = objects_->domain;
+    cq_ = objects_->cq;
+    av_ = objects_->av;
+    endpoint_ = objects_->endpoint;
+    canSleep_ = objects_->canSleep;
     size_t length = sizeof(mine.bytes);
     check(fi_getname(&endpoint_->fid, mine.bytes, &length), "fi_getname");
     mine.length = static_cast<uint32_t>(length);
@@ -151,7 +138,6 @@ FabricTransport::~FabricTransport() {
     }
   } catch (const Error&) {
   }
-  if (endpoint_) fi_close(&endpoint_->fid);
   for (auto& registration : registrations_) fi_close(&registration.second->fid);
   if (staging_) {
     if (traceRegistrations_ && staging_->registration)
@@ -160,10 +146,8 @@ FabricTransport::~FabricTransport() {
     if (staging_->registration) fi_close(&staging_->registration->fid);
     if (staging_->base) munmap(staging_->base, staging_->bytes);
   }
-  if (av_) fi_close(&av_->fid);
-  if (cq_) fi_close(&cq_->fid);
-  if (domain_) fi_close(&domain_->fid);
-  if (fabric_) fi_close(&fabric_->fid);
+  objects_.reset();
+  fabricEndpointReleased();
   if (infoList_) library_.freeinfo(infoList_);
 }
 
@@ -171,7 +155,7 @@ std::string FabricTransport::describe() const {
   FabricChoice chosen;
   chosen.info = info_;
   chosen.how = how_;
-  return describeFabric(chosen, library_);
+  return describeFabric(chosen, library_) + (objects_ && objects_->spare ? ", its endpoint the spare" : "");
 }
 
 uint64_t FabricTransport::tag(int sender, Lane lane, uint32_t counter) const {

@@ -45,6 +45,7 @@
 #include "../bootstrap.h"
 #include "../seal.h"
 #include "fabric_choice.h"
+#include "fabric_endpoint.h"
 #include "libfabric.h"
 
 namespace mojoccl {
@@ -218,6 +219,7 @@ class FabricTransport {
   fi_info* infoList_ = nullptr;  // what fi_getinfo offered
   fi_info* info_ = nullptr;      // the one in use
   std::string how_;              // how the provider was chosen, for describe()
+  std::unique_ptr<FabricEndpoint> objects_;  // what the pointers below name
   fid_fabric* fabric_ = nullptr;
   fid_domain* domain_ = nullptr;
   fid_cq* cq_ = nullptr;
