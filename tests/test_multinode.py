@@ -149,7 +149,8 @@ def test_a_process_that_replaces_its_communicator_gets_its_next_endpoint_ready()
     # next one's in the background (fabric_endpoint.h): the third and later
     # take theirs ready.
     for result in ccl_job("aab", {**FABRIC, "MOJOCCL_IB_TRACE": "1"}, "rebuilt"):
-        assert "ok round 4" in result.stdout, result.stdout + result.stderr[-3000:]
+        assert "ok round 4" in result.stdout and "ok forked child exited" in result.stdout, \
+            result.stdout + result.stderr[-3000:]
         assert result.stderr.count("its endpoint the spare") == 3, result.stderr
 
 

@@ -82,6 +82,18 @@ def main():
             expected = np.arange(1000, dtype=np.float32) * (world * (world - 1) / 2 + world * round_number)
             assert np.array_equal(out, expected), round_number
             print(f"ok round {round_number}", flush=True)
+        # A spare is being opened now: a child of fork() that ends through
+        # exit() (static destructors run) must not wait for it.
+        child = os.fork()
+        if child == 0:
+            sys.exit(0)
+        deadline = time.monotonic() + 10
+        while os.waitpid(child, os.WNOHANG) == (0, 0):
+            if time.monotonic() > deadline:
+                os.kill(child, signal.SIGKILL)
+                raise AssertionError("a forked child hung at its exit")
+            time.sleep(0.01)
+        print("ok forked child exited", flush=True)
     elif scenario == "peer_exits":
         if rank == 1:
             os._exit(0)  # gone without a word

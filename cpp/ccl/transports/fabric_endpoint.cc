@@ -3,8 +3,10 @@
 #include <cstring>
 #include <future>
 #include <mutex>
-#include <optional>
+#include <new>
 #include <string>
+
+#include <pthread.h>
 
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
@@ -54,7 +56,7 @@ struct Spare {
 
 struct Spares {
   std::mutex mutex;
-  std::optional<Spare> next;
+  std::unique_ptr<Spare> next;
   bool replacing = false;  // this process has released an endpoint
   ~Spares() {
     if (next && next->opening.valid()) next->opening.wait();
@@ -64,6 +66,17 @@ struct Spares {
 Spares& spares() {
   static Spares instance;
   return instance;
+}
+
+// A child of fork() has no thread opening a spare, nor libfabric state it
+// could use: it forgets the parent's spare, left unclosed (its future
+// would wait at exit for a thread that is not there), and the lock, which
+// a thread of the parent may have held.
+void forgetSpareInChild() {
+  Spares& all = spares();
+  (void)all.next.release();
+  all.replacing = false;
+  new (&all.mutex) std::mutex();
 }
 
 bool sameDomain(const Spare& spare, const fi_info* info) {
@@ -94,7 +107,9 @@ std::unique_ptr<FabricEndpoint> takeFabricEndpoint(const LibFabric& library, con
   }
   all.next.reset();
   if (all.replacing) {
-    all.next = Spare{info->fabric_attr->prov_name, info->domain_attr->name, {}};
+    static const int registered = pthread_atfork(nullptr, nullptr, forgetSpareInChild);
+    (void)registered;
+    all.next = std::make_unique<Spare>(Spare{info->fabric_attr->prov_name, info->domain_attr->name, {}});
     all.next->opening = std::async(std::launch::async, [&library, copy = library.dupinfo(info)] {
       std::unique_ptr<fi_info, void (*)(fi_info*)> owned(copy, library.freeinfo);
       return openFabricEndpoint(library, owned.get());
