@@ -13,6 +13,11 @@ quorum's replicas from torchft's store. A peer that dies or stalls makes
 the group's calls fail, in the caller, so that torchft can drop the
 replica and go on: the watchdog does not end the process, as it does for
 a group of init_process_group.
+
+Around torchft's Manager: require_lighthouse() and
+lighthouse_named_on_timeout() make every rank name a Lighthouse that is
+not there; manager_store() gives a replica group of several ranks a store
+of its own torchrun attempt (examples/torchft/ uses all three).
 """
 
 from __future__ import annotations
