@@ -30,7 +30,6 @@ import argparse
 import multiprocessing
 import os
 import queue
-import signal
 import statistics
 import sys
 import tempfile
@@ -176,5 +175,4 @@ def main():
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGINT, signal.default_int_handler)
     main()
