@@ -149,16 +149,48 @@ def run_worker(name: str, world_size: int, *args: str, **kwargs) -> list[RankRes
     return run_ranks(worker_command(name, *args), world_size, **kwargs)
 
 
+def processes_below(parent: int) -> list[int]:
+    """Every process descended from `parent`, children before their parent's
+    siblings' children."""
+    children = []
+    for task in Path(f"/proc/{parent}/task").glob("*"):
+        try:
+            children += (task / "children").read_text().split()
+        except OSError:
+            pass  # the task ended meanwhile
+    return [pid for child in map(int, children) for pid in [child, *processes_below(child)]]
+
+
+def end_hung_job(launcher: int):
+    """End a launcher that did not finish, and everything it started, telling
+    first where each process was. torchrun starts each worker in a session of
+    its own, so killing torchrun's process group would leave the workers
+    running, holding the pipes a test reads. SIGABRT makes Python's
+    faulthandler (PYTHONFAULTHANDLER, set by run_torchrun) print every
+    thread's stack to the job's stderr before the process dies."""
+    job = [launcher, *processes_below(launcher)]  # the launcher first: it would act on a worker's death
+    for pid in job:  # one at a time, so that their stacks do not interleave
+        signal_each([pid], signal.SIGABRT)
+        time.sleep(1)
+    signal_each(job, signal.SIGKILL)
+
+
+def signal_each(pids: list[int], signal_number: int):
+    for pid in pids:
+        try:
+            os.kill(pid, signal_number)
+        except ProcessLookupError:
+            pass
+
+
 def run_torchrun(script_args: list[str], nproc: int, *, timeout: float = 180, env=None, cwd=None):
     """`torchrun --standalone --nproc-per-node=nproc ...`, as a user runs it.
-    On timeout the whole process group (torchrun and its workers) is killed."""
-    import signal
-
+    On timeout torchrun and its workers are killed."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                f"--nproc-per-node={nproc}", *script_args]
     process = subprocess.Popen(
         command,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONFAULTHANDLER": "1", **(env or {})},
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -168,7 +200,7 @@ def run_torchrun(script_args: list[str], nproc: int, *, timeout: float = 180, en
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
+        end_hung_job(process.pid)
         stdout, stderr = process.communicate()
         raise JobFailed(f"torchrun did not finish within {timeout} s\n{stdout}\n{stderr[-6000:]}", stderr)
     if process.returncode != 0:

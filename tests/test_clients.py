@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from tests.harness import GLOO_EXIT_ABORT, ROOT, run_torchrun, run_torchrun_on_gloo
+from tests.harness import GLOO_EXIT_ABORT, ROOT, end_hung_job, run_torchrun, run_torchrun_on_gloo
 
 pytestmark = [pytest.mark.clients, pytest.mark.timeout(600)]
 
@@ -53,12 +53,12 @@ def run_lightning(backend):
     the store, and leaves first); gloo's exit abort is run again."""
     for _ in range(5):
         process = subprocess.Popen([sys.executable, str(CLIENTS / "lightning_train.py"), "--backend", backend],
-                                   env={**os.environ, **QUIET}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   env={**os.environ, **QUIET, "PYTHONFAULTHANDLER": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    text=True, start_new_session=True)
         try:
             out, err = process.communicate(timeout=300)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+            end_hung_job(process.pid)
             out, err = process.communicate()
             raise AssertionError(f"Lightning on {backend} did not end in 300 s:\n{err[-3000:]}")
         if process.returncode == 0:

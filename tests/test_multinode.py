@@ -13,7 +13,7 @@ import time
 import pytest
 
 from torch_mojo.mojoccl import REMOTE_ERROR, Library
-from tests.harness import ROOT, free_port, run_ranks, run_torchrun, run_worker
+from tests.harness import ROOT, end_hung_job, free_port, run_ranks, run_torchrun, run_worker
 from tests.test_examples import losses
 
 FABRIC = {"MOJOCCL_FABRIC_PROVIDER": "tcp"}
@@ -460,7 +460,8 @@ def torchrun_agents(nodes, script_args, env, timeout=240):
                    "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=multinode-test",
                    *script_args]
         agents.append(subprocess.Popen(
-            command, env={**os.environ, "PYTHONPATH": str(ROOT), "MOJOCCL_HOSTID": f"node{node}", **env},
+            command, env={**os.environ, "PYTHONPATH": str(ROOT), "MOJOCCL_HOSTID": f"node{node}",
+                          "PYTHONFAULTHANDLER": "1", **env},
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True))
     outputs = []
     deadline = time.monotonic() + timeout
@@ -468,9 +469,11 @@ def torchrun_agents(nodes, script_args, env, timeout=240):
         try:
             outputs.append(agent.communicate(timeout=max(1, deadline - time.monotonic())))
         except subprocess.TimeoutExpired:
-            for other in agents:
-                os.killpg(other.pid, 9)
-            raise
+            unfinished = agents[len(outputs):]
+            for other in unfinished:
+                end_hung_job(other.pid)
+            stacks = "\n".join(other.communicate()[1][-4000:] for other in unfinished)
+            raise AssertionError(f"the agents did not finish within {timeout} s:\n{stacks}") from None
         assert agent.returncode == 0, outputs[-1][1][-6000:]
     return outputs
 
