@@ -86,10 +86,17 @@ class Replicas:
             time.sleep(0.05)
         raise AssertionError(f"replica {replica} did not reach step {step}:\n{self.output(replica)[-4000:]}")
 
+    def workers(self, replica: int) -> list[int]:
+        """The processes torchrun runs for `replica` now."""
+        torchrun = self.groups[replica].pid
+        try:
+            return [int(pid) for pid in Path(f"/proc/{torchrun}/task/{torchrun}/children").read_text().split()]
+        except OSError:
+            return []  # torchrun has ended
+
     def worker(self, replica: int, local_rank: int = 0) -> int:
         """The process torchrun runs as `local_rank` of `replica`."""
-        torchrun = self.groups[replica].pid
-        for pid in Path(f"/proc/{torchrun}/task/{torchrun}/children").read_text().split():
+        for pid in self.workers(replica):
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             if str(self.script) in Path(f"/proc/{pid}/cmdline").read_text() and \
                     f"LOCAL_RANK={local_rank}".encode() in environ:
@@ -106,10 +113,17 @@ class Replicas:
             self.groups[replica].wait(timeout=timeout)
 
     def close(self):
+        # torchrun starts each worker in a session of its own: they are killed apart
+        workers = [pid for replica in range(len(self.groups)) for pid in self.workers(replica)]
         for process in [*self.groups, *([self.lighthouse] if self.lighthouse else [])]:
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+        for pid in workers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def committed(output: str, replica: int) -> list[tuple[int, int, float]]:
