@@ -85,9 +85,11 @@ define with_torchcomms
 endef
 
 # The tests marked torchcomms: the demo, the examples and the conformance
-# matrix through torchcomms, reconfigure, and a file of each kind of
+# matrix through torchcomms, reconfigure, torchft's replica group killed and
+# rejoined through torchcomms, and a file of each kind of
 # torchcomms' own tests (about ten minutes after the build).
 torchcomms-check: build
+	$(BIN)/pip install --quiet -r requirements-torchft.txt -c requirements-dev.txt
 	$(call with_torchcomms,$(BIN)/python -m pytest tests -m torchcomms --durations=10)
 
 # Every file of torchcomms' own integration tests on mojo, at 2 and 4 ranks

@@ -6,10 +6,12 @@ mid-run (or two of three at once), or SIGSTOPped: the others never stop,
 every step they commit is counted, the killed ones are restarted by
 torchrun, rejoin through the quorum, are healed with a healthy group's
 weights, and all end with the same weights, bit for bit. The kill also
-runs on torchft's ProcessGroupGloo. A Lighthouse that is not there is
+runs on torchft's ProcessGroupGloo, and on its ProcessGroupTorchComms
+over `mojo` (reconfigured, not rebuilt; in make torchcomms-check). A Lighthouse that is not there is
 named by every rank. torchft (requirements-torchft.txt) is installed by
 `make torchft-check`; these tests are not in `make test`."""
 
+import importlib.util
 import os
 import re
 import signal
@@ -56,7 +58,13 @@ def healed_at(output: str) -> list[int]:
     return [int(step) for step in re.findall(r"healing is required step=0, max_step=(\d+)", output)]
 
 
-@pytest.mark.parametrize("backend", ["mojo", "gloo"])
+THROUGH_TORCHCOMMS = pytest.param("mojo-torchcomms", marks=[
+    pytest.mark.torchcomms,  # make torchcomms-check, where torchcomms is built
+    pytest.mark.skipif(importlib.util.find_spec("torch_mojo._torchcomms") is None,
+                       reason="torch-mojo is built here without torchcomms (make torchcomms-check)")])
+
+
+@pytest.mark.parametrize("backend", ["mojo", "gloo", THROUGH_TORCHCOMMS])
 def test_a_killed_replica_group_rejoins_while_the_other_trains_on(replicas, backend):
     steps = 60
     run = replicas(backend, steps)
@@ -78,11 +86,12 @@ def test_a_killed_replica_group_rejoins_while_the_other_trains_on(replicas, back
     assert final_weights(healthy) == final_weights(restarted) == {0: (steps, final_weights(healthy)[0][1])}
 
 
-def test_a_stopped_replica_group_is_dropped_by_timeout(replicas):
+@pytest.mark.parametrize("backend", ["mojo", THROUGH_TORCHCOMMS])
+def test_a_stopped_replica_group_is_dropped_by_timeout(replicas, backend):
     """SIGSTOP: the peer neither answers nor dies. Its group's calls time out
     (5 s) in the caller, the quorum drops it, the other group goes on."""
     steps = 40
-    run = replicas("mojo", steps, restarts=0)
+    run = replicas(backend, steps, restarts=0)
     run.wait_for_step(0, 10)
     run.wait_for_step(1, 10)
     stopped = run.kill(1, sig=signal.SIGSTOP)

@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <comms/torchcomms/utils/StoreManager.hpp>
 #include <comms/torchcomms/utils/Utils.hpp>
@@ -20,6 +21,28 @@ namespace {
 
 using torch::comms::ReduceOp;
 using RedOpType = ReduceOp::RedOpType;
+
+// The store under a store's prefixes.
+c10::intrusive_ptr<c10d::Store> baseOf(const c10::intrusive_ptr<c10d::Store>& store) {
+  auto* prefixed = dynamic_cast<c10d::PrefixStore*>(store.get());
+  return prefixed != nullptr ? prefixed->getUnderlyingNonPrefixStore() : store;
+}
+
+// "host:port" of the TCPStore under `store`, or "" where it is another kind.
+std::string tcpAddressOf(const c10::intrusive_ptr<c10d::Store>& store) {
+  auto* tcp = dynamic_cast<c10d::TCPStore*>(baseOf(store).get());
+  return tcp != nullptr ? tcp->getHost() + ":" + std::to_string(tcp->getPort()) : "";
+}
+
+// A handle is "<who>@<store>": who this member is, and the TCPStore its
+// communicator was made with (empty if none), where members meet when this
+// one is listed first.
+constexpr char kStoreMark = '@';
+
+std::string storeAddressIn(const std::string& handle) {
+  const size_t mark = handle.rfind(kStoreMark);
+  return mark == std::string::npos ? "" : handle.substr(mark + 1);
+}
 
 c10d::ReduceOp toC10d(const ReduceOp& op) {
   switch (op.type()) {
@@ -124,7 +147,7 @@ void TorchCommMojo::init(at::Device device, const std::string& name,
   }
   std::optional<AcceleratorSetup> accelerator;
   if (preparation()) accelerator = preparation()(device);
-  handle_ = initHandleFor(name);
+  handle_ = initHandleFor(name) + kStoreMark + tcpAddressOf(store);
   if (options.enable_reconfigure) {
     // The dynamic regime: the peers are known at reconfigure().
     device_ = device;
@@ -139,13 +162,13 @@ void TorchCommMojo::init(at::Device device, const std::string& name,
   std::vector<uint64_t> globalRanks;
   for (int each = 0; each < size; ++each) globalRanks.push_back(each);
   open(device, name, options, rank, size, std::move(globalRanks), std::move(store),
-       std::move(accelerator));
+       std::move(accelerator), StoreScope::Job);
 }
 
 void TorchCommMojo::open(at::Device device, const std::string& name,
                          const torch::comms::CommOptions& options, int rank, int size,
                          std::vector<uint64_t> globalRanks, c10::intrusive_ptr<c10d::Store> store,
-                         std::optional<AcceleratorSetup> accelerator) {
+                         std::optional<AcceleratorSetup> accelerator, StoreScope scope) {
   device_ = device;
   name_ = name;
   options_ = options;
@@ -154,9 +177,10 @@ void TorchCommMojo::open(at::Device device, const std::string& name,
   size_ = size;
   globalRanks_ = globalRanks;
   store_ = store;
+  scope_ = scope;
   accelerator_ = accelerator;
   group_ = c10::make_intrusive<ProcessGroupMojo>(store, rank, size, options.timeout,
-                                                 std::move(globalRanks), std::move(accelerator));
+                                                 std::move(globalRanks), std::move(accelerator), scope);
   // c10d names its groups itself; here the communicator's name is the one
   // the flight recorder and the watchdog's reports show.
   group_->setGroupUid(name);
@@ -204,15 +228,38 @@ c10::intrusive_ptr<torch::comms::TorchWork> TorchCommMojo::reconfigure(
   if (opts.timeout) options.timeout = *opts.timeout;
   std::vector<uint64_t> members;
   for (size_t each = 0; each < handles.size(); ++each) members.push_back(each);
-  // The members meet under the reconfigure's uuid, which they all pass.
+  // The members meet at the first one's store, under its handle and the
+  // reconfigure's uuid, which they all pass.
+  auto meeting = c10::make_intrusive<c10d::PrefixStore>(
+      "mojo_reconfigure/" + handles.front() + "/" + std::to_string(opts.uuid),
+      storeOfFirstMember(handles.front(), options.timeout));
   open(device_, name_, options, static_cast<int>(mine - handles.begin()),
-       static_cast<int>(handles.size()), std::move(members),
-       c10::make_intrusive<c10d::PrefixStore>("mojo_reconfigure/" + std::to_string(opts.uuid),
-                                              reconfigureStore_),
-       accelerator_);
+       static_cast<int>(handles.size()), std::move(members), std::move(meeting), accelerator_,
+       StoreScope::Group);
   options_.enable_reconfigure = true;  // open() copied the options of this round
   aborted_ = false;
   return c10::make_intrusive<torch::comms::TorchWorkCompleted>();
+}
+
+c10::intrusive_ptr<c10d::Store> TorchCommMojo::storeOfFirstMember(
+    const std::string& first, std::chrono::milliseconds timeout) {
+  // Members of other jobs (torchft's replica groups, each under its own
+  // torchrun) share no store but the one the first handle names.
+  const std::string address = storeAddressIn(first);
+  if (address.empty() || address == tcpAddressOf(reconfigureStore_)) return baseOf(reconfigureStore_);
+  if (address != meetingAddress_) {
+    const size_t colon = address.rfind(':');
+    TORCH_CHECK_VALUE(colon != std::string::npos, "reconfigure: the first handle (", first,
+                      ") names no store to meet at; pass handles from getInitHandle()");
+    c10d::TCPStoreOptions client;
+    client.port = static_cast<uint16_t>(std::stoi(address.substr(colon + 1)));
+    client.isServer = false;
+    client.waitWorkers = false;
+    client.timeout = timeout;
+    meetingStore_ = c10::make_intrusive<c10d::TCPStore>(address.substr(0, colon), client);
+    meetingAddress_ = address;  // kept: quorums keep their first member for long
+  }
+  return meetingStore_;
 }
 
 void TorchCommMojo::finalize() {
@@ -281,7 +328,7 @@ std::shared_ptr<torch::comms::TorchCommBackend> TorchCommMojo::split(
   auto child = std::make_shared<TorchCommMojo>();
   child->open(device_, name, childOptions, static_cast<int>(self - ranks.begin()),
               static_cast<int>(ranks.size()), std::move(members),
-              c10::make_intrusive<c10d::PrefixStore>(prefix, store_), accelerator_);
+              c10::make_intrusive<c10d::PrefixStore>(prefix, store_), accelerator_, scope_);
   return child;
 }
 

@@ -170,7 +170,11 @@ class TorchCommMojo : public torch::comms::TorchCommBackend {
   // The group this communicator drives, made for init() or split().
   void open(at::Device device, const std::string& name, const torch::comms::CommOptions& options,
             int rank, int size, std::vector<uint64_t> globalRanks,
-            c10::intrusive_ptr<c10d::Store> store, std::optional<AcceleratorSetup> accelerator);
+            c10::intrusive_ptr<c10d::Store> store, std::optional<AcceleratorSetup> accelerator,
+            StoreScope scope);
+  // The store a reconfigure's members meet at: the one the first handle names.
+  c10::intrusive_ptr<c10d::Store> storeOfFirstMember(const std::string& first,
+                                                     std::chrono::milliseconds timeout);
 
   at::Device device_{at::kCPU};
   std::string name_;
@@ -180,11 +184,14 @@ class TorchCommMojo : public torch::comms::TorchCommBackend {
   int size_ = -1;
   std::vector<uint64_t> globalRanks_;
   c10::intrusive_ptr<c10d::Store> store_;
+  StoreScope scope_ = StoreScope::Job;  // a reconfigured group's members come from several jobs
   c10::intrusive_ptr<ProcessGroupMojo> group_;
   std::optional<AcceleratorSetup> accelerator_;
   std::map<std::string, int> splits_;  // how many splits of each name and colour
   std::string handle_;                 // getInitHandle()
-  c10::intrusive_ptr<c10d::Store> reconfigureStore_;  // where every reconfigure's members meet
+  c10::intrusive_ptr<c10d::Store> reconfigureStore_;  // the store this communicator was made with
+  std::string meetingAddress_;                        // another job's store, met at last
+  c10::intrusive_ptr<c10d::Store> meetingStore_;
   std::atomic<bool> aborted_{false};
 };
 

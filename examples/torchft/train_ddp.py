@@ -29,12 +29,13 @@ from torch import nn, optim
 from torchft import Manager, Optimizer, ProcessGroupGloo
 
 from torch_mojo.torchft import (DistributedDataParallel, ProcessGroupMojo, lighthouse_named_on_timeout,
-                                require_lighthouse)
+                                process_group_through_torchcomms, require_lighthouse)
 
 
 def parse():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backend", choices=["mojo", "gloo"], default="mojo")
+    parser.add_argument("--backend", choices=["mojo", "mojo-torchcomms", "gloo"], default="mojo",
+                        help="mojo-torchcomms: torchft's ProcessGroupTorchComms, reconfigured at each quorum")
     parser.add_argument("--steps", type=int, default=50, help="committed steps to train")
     parser.add_argument("--width", type=int, default=256, help="hidden units: the gradient's size")
     parser.add_argument("--step-delay", type=float, default=0.0, help="seconds of extra work per step")
@@ -63,7 +64,8 @@ def main():
     optimizer = optim.SGD(model.parameters(), lr=0.05)
     timeout = timedelta(seconds=args.timeout)
     require_lighthouse(timeout=timeout)  # on every rank: torchft's Manager tells the first alone
-    group = ProcessGroupMojo(timeout=timeout) if args.backend == "mojo" else ProcessGroupGloo(timeout=timeout)
+    group = {"mojo": ProcessGroupMojo, "mojo-torchcomms": process_group_through_torchcomms,
+             "gloo": ProcessGroupGloo}[args.backend](timeout=timeout)
 
     manager = Manager(
         pg=group,

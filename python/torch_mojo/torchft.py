@@ -14,6 +14,10 @@ the group's calls fail, in the caller, so that torchft can drop the
 replica and go on: the watchdog does not end the process, as it does for
 a group of init_process_group.
 
+torchft's other way, its own ProcessGroupTorchComms over a torchcomms
+communicator that reconfigures rather than being rebuilt:
+process_group_through_torchcomms() makes it with a `mojo` communicator.
+
 Around torchft's Manager: require_lighthouse() and
 lighthouse_named_on_timeout() make every rank name a Lighthouse that is
 not there; manager_store() gives a replica group of several ranks a store
@@ -69,6 +73,24 @@ class ProcessGroupMojo(ProcessGroupWrapper):
 
     def getBackendName(self) -> str:
         return "torchft-mojo"
+
+
+def process_group_through_torchcomms(timeout: timedelta = timedelta(seconds=60), name: str = "torchft"):
+    """torchft's ProcessGroupTorchComms over a `mojo` communicator of
+    torchcomms made with enable_reconfigure: at each new quorum torchft
+    passes the members' init handles to reconfigure(). Made under torchrun,
+    whose store (MASTER_ADDR, MASTER_PORT) each handle names: the quorum's
+    members, from replica groups that share no store, meet at the one the
+    first handle names. A peer that dies or stalls fails the calls in the
+    caller (abort_process_on_timeout_or_error=False), for torchft to drop
+    it. Needs torchcomms and torch-mojo built with it (make torchcomms-check)."""
+    import torchcomms
+    from torchft.torchcomms import ProcessGroupTorchComms
+
+    store = TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timeout)
+    comm = torchcomms.new_comm("mojo", current_accelerator() or torch.device("cpu"), name=name, store=store,
+                               enable_reconfigure=True, abort_process_on_timeout_or_error=False, timeout=timeout)
+    return ProcessGroupTorchComms(comm, timeout=timeout)
 
 
 def require_lighthouse(address: Optional[str] = None, timeout: timedelta = timedelta(seconds=30)) -> None:
