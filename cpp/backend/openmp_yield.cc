@@ -3,8 +3,13 @@
 #include <dlfcn.h>
 #include <sched.h>
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
 
 #include <ATen/Parallel.h>
 #include <ATen/TensorIterator.h>
@@ -21,7 +26,6 @@ namespace {
 constexpr int kMostIdleThreads = 64;
 
 std::atomic<bool> teamHeld{false};
-thread_local bool holdsTeam = false;
 
 // The CPUs libgomp counts: the process's affinity mask.
 int cpusOfProcess() {
@@ -55,28 +59,33 @@ std::string yieldOpenMpToOtherRanks(int ranksSharingCores, int sharedCpus) {
            std::to_string(std::max(1, sharedCpus / ranksSharingCores)) + " (or bind each rank to cores of its own)";
   SetNumThreads setThreads = torchsOpenMp();
   if (setThreads == nullptr || teamHeld.exchange(true)) return "";
-  setThreads(team);
-  if (at::get_num_threads() != team) {  // torch's threads are not this libgomp's
-    setThreads(threads);
+  static const int registered = pthread_atfork(nullptr, nullptr, [] { teamHeld = false; });  // a child has no holder
+  (void)registered;
+  std::promise<bool> held;
+  std::future<bool> holding = held.get_future();
+  // A thread of its own holds the team for the rest of the process: a
+  // group's worker ends with its group, and torchft replaces its group at
+  // every quorum (a new team each time took 5-15 ms of the group's set-up).
+  std::thread([setThreads, team, held = std::move(held)]() mutable {
+    setThreads(team);
+    if (at::get_num_threads() != team) {  // torch's threads are not this libgomp's
+      held.set_value(false);
+      return;
+    }
+    // A region of torch's own (its inline parallel_for would run in this
+    // file's code, built without OpenMP): every element-wise kernel splits
+    // work in grains of at::internal::GRAIN_SIZE.
+    at::empty({(team + 1) * at::internal::GRAIN_SIZE}, at::TensorOptions(at::kByte)).fill_(0);
+    held.set_value(true);
+    while (true) std::this_thread::sleep_for(std::chrono::hours(24));  // no state to tear down at exit
+  }).detach();
+  if (!holding.get()) {
     teamHeld = false;
     return "";
   }
-  // A region of torch's own (its inline parallel_for would run in this
-  // file's code, built without OpenMP): every element-wise kernel splits
-  // work in grains of at::internal::GRAIN_SIZE.
-  at::empty({(team + 1) * at::internal::GRAIN_SIZE}, at::TensorOptions(at::kByte)).fill_(0);
-  // torch work that later runs on this thread runs inline: a smaller team
-  // here would let libgomp retire the idle threads.
-  setThreads(1);
-  holdsTeam = true;
-  const int held = team - 1;
-  return shared + "OpenMP's idle threads sleep instead of spinning (" + std::to_string(held) +
-         " idle OpenMP thread" + (held == 1 ? "" : "s") + " held)";
-}
-
-void releaseOpenMpYield() {
-  if (holdsTeam) teamHeld = false;
-  holdsTeam = false;
+  const int idle = team - 1;
+  return shared + "OpenMP's idle threads sleep instead of spinning (" + std::to_string(idle) +
+         " idle OpenMP thread" + (idle == 1 ? "" : "s") + " held)";
 }
 
 }  // namespace torch_mojo

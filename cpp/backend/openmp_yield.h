@@ -10,7 +10,7 @@
 // its settings once, when it loads, and has no call to change them; what
 // it does look at, at every wait, is how many threads it runs. So where
 // the ranks whose CPUs overlap (libmojoccl's mojocclCommCoreSharing) times
-// torch's threads outnumber those CPUs, a rank's worker thread holds a
+// torch's threads outnumber those CPUs, a thread of its own holds a
 // team of idle threads big enough to carry libgomp's count past its CPUs:
 // the compute threads then spin briefly and sleep, as they would in one
 // process that outnumbered its cores. Ranks bound to cores of their own
@@ -23,13 +23,10 @@
 
 namespace torch_mojo {
 
-// Run on a thread that lives as long as the group (its worker): the idle
-// team lives until that thread ends. One team per process, whatever the
+// Called as each group starts: the first that needs it starts the team,
+// which lives as long as the process. One team per process, whatever the
 // groups. Returns what was done, for the trace, or "" when nothing was
 // needed or torch's threads are not libgomp's.
 std::string yieldOpenMpToOtherRanks(int ranksSharingCores, int sharedCpus);
-
-// When that thread ends: a later group may hold the team instead.
-void releaseOpenMpYield();
 
 }  // namespace torch_mojo

@@ -349,7 +349,6 @@ void ProcessGroupMojo::workerLoop(std::promise<std::string> started) {
         fatalError_.clear();  // the abort has decided already: nothing left to report
         lock.unlock();
         for (auto& left : abandoned) retire(left, distBackendError(abortReason_));
-        releaseOpenMpYield();
         return;
       }
       if (!runnable()) continue;

@@ -7,6 +7,9 @@
 #include <string>
 
 #include <pthread.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
@@ -111,6 +114,9 @@ std::unique_ptr<FabricEndpoint> takeFabricEndpoint(const LibFabric& library, con
     (void)registered;
     all.next = std::make_unique<Spare>(Spare{info->fabric_attr->prov_name, info->domain_attr->name, {}});
     all.next->opening = std::async(std::launch::async, [&library, copy = library.dupinfo(info)] {
+      // Idle priority: the communicator taking this endpoint is being set up
+      // on the same cores, and the next is wanted only at the next quorum.
+      setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
       std::unique_ptr<fi_info, void (*)(fi_info*)> owned(copy, library.freeinfo);
       return openFabricEndpoint(library, owned.get());
     });
