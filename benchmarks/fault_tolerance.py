@@ -1,5 +1,8 @@
 """torchft on `mojo` against torchft on gloo, in one run: the same script,
-seeds and steps, the backends alternating round by round.
+seeds and steps, the backends alternating round by round. `mojo` is
+torch_mojo.torchft.ProcessGroupMojo (rebuilt at each quorum); where
+torch-mojo is built with torchcomms, `mojo-torchcomms` is torchft's own
+ProcessGroupTorchComms over a `mojo` communicator (reconfigured).
 
   steps      2 replica groups of 1 rank training examples/torchft/train_ddp.py
              (a gradient of WIDTH^2 + 3 WIDTH floats) with no extra work per
@@ -18,6 +21,8 @@ seeds and steps, the backends alternating round by round.
              torchft makes one per local rank) and 8 nodes of 1 rank. Nodes
              are MOJOCCL_HOSTID's, talking over libfabric's tcp provider;
              0.3 s pass between quorum changes (torchft's come steps apart).
+             Each replica group has a store of its own, as torchrun gives it
+             (MASTER_ADDR, MASTER_PORT).
 
     python benchmarks/fault_tolerance.py [--rounds 3] [--width 1024] [--output FILE]
 
@@ -27,6 +32,7 @@ Prints a table of medians over the rounds, with each round's values.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import multiprocessing
 import os
 import queue
@@ -41,7 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples" / "torchft"))
 from replicas import Replicas  # noqa: E402  (examples/torchft/replicas.py)
 
-BACKENDS = ("mojo", "gloo")
+BACKENDS = ("mojo", *(["mojo-torchcomms"] if importlib.util.find_spec("torch_mojo._torchcomms") else []), "gloo")
 STEADY_FROM = 20
 KILL_AT = 30
 # torchft changes its quorum where a group failed or joined, steps apart:
@@ -88,19 +94,22 @@ def recovery(backend: str, width: int, steps: int = 120) -> tuple[float, float]:
     return healthy - killed, rejoined - killed
 
 
-def configure_worker(backend, rank, world, groups_of, port, host, quorums, barrier, results):
+def configure_worker(backend, rank, world, groups_of, port, replica_ports, quorums, barrier, results):
     """One rank of the quorum benchmark: `quorums` new quorums, each a
     configure() of its group (ranks with the same rank % groups_of, as
     torchft pairs the same local rank of every replica group) and a first
     all-reduce."""
-    os.environ.update({"MOJOCCL_HOSTID": host, "MOJOCCL_FABRIC_PROVIDER": "tcp", "TORCH_MOJO_BACKEND_TRACE": "0"})
+    local, replica = rank % groups_of, rank // groups_of
+    os.environ.update({"MOJOCCL_HOSTID": f"node{replica}", "MOJOCCL_FABRIC_PROVIDER": "tcp",
+                       "TORCH_MOJO_BACKEND_TRACE": "0", "MASTER_ADDR": "localhost",
+                       "MASTER_PORT": str(replica_ports[replica]), "RANK": str(local), "WORLD_SIZE": str(groups_of)})
     import torch
     from torchft import ProcessGroupGloo
-    from torch_mojo.torchft import ProcessGroupMojo
+    from torch_mojo.torchft import ProcessGroupMojo, process_group_through_torchcomms
 
     timeout = timedelta(seconds=30)
-    group = ProcessGroupMojo(timeout=timeout) if backend == "mojo" else ProcessGroupGloo(timeout=timeout)
-    local, replica = rank % groups_of, rank // groups_of
+    group = {"mojo": ProcessGroupMojo, "mojo-torchcomms": process_group_through_torchcomms,
+             "gloo": ProcessGroupGloo}[backend](timeout=timeout)
     size = world // groups_of
     tensor = torch.ones(1)
     taken = []
@@ -121,11 +130,12 @@ def quorum_time(backend: str, nodes: int, ranks_per_node: int, quorums: int = 10
     from torch.distributed import TCPStore
 
     world = nodes * ranks_per_node
-    store = TCPStore("localhost", 0, world, is_master=True, wait_for_workers=False)
+    store = TCPStore("localhost", 0, world, is_master=True, wait_for_workers=False)  # torchft's
+    replica_stores = [TCPStore("localhost", 0, is_master=True, wait_for_workers=False) for _ in range(nodes)]
     context = multiprocessing.get_context("spawn")
     barrier, results = context.Barrier(world), context.Queue()
     workers = [context.Process(target=configure_worker, args=(
-        backend, rank, world, ranks_per_node, store.port, f"node{rank // ranks_per_node}", quorums, barrier,
+        backend, rank, world, ranks_per_node, store.port, [each.port for each in replica_stores], quorums, barrier,
         results)) for rank in range(world)]
     for worker in workers:
         worker.start()
@@ -162,13 +172,16 @@ def main():
                                  quorum_time(backend, 8, 1) * 1e3)):
                 values.setdefault(name, {}).setdefault(backend, []).append(value)
         print(f"round {round_number + 1} of {args.rounds} done", file=sys.stderr, flush=True)
+    ours = [backend for backend in BACKENDS if backend != "gloo"]
     lines = [f"torchft, 2 replica groups, gradient {gradient / 1e6:.1f} MB (--width {args.width}); "
              f"medians of {args.rounds} rounds, backends alternating",
-             f"{'':50} {'mojo':>8} {'gloo':>8} {'gloo/mojo':>9}   rounds (mojo | gloo)"]
+             f"{'':50} " + " ".join(f"{backend:>15}" for backend in BACKENDS) + " "
+             + " ".join(f"{'gloo/' + backend:>20}" for backend in ours) + f"   rounds ({' | '.join(BACKENDS)})"]
     for name, by_backend in values.items():
-        mojo, gloo = (statistics.median(by_backend[backend]) for backend in BACKENDS)
+        medians = {backend: statistics.median(by_backend[backend]) for backend in BACKENDS}
         rounds = " | ".join(" ".join(f"{value:.3g}" for value in by_backend[backend]) for backend in BACKENDS)
-        lines.append(f"{name:50} {mojo:8.3g} {gloo:8.3g} {gloo / mojo:9.2f}   {rounds}")
+        lines.append(f"{name:50} " + " ".join(f"{medians[backend]:15.3g}" for backend in BACKENDS) + " "
+                     + " ".join(f"{medians['gloo'] / medians[backend]:20.2f}" for backend in ours) + f"   {rounds}")
     print("\n".join(lines))
     if args.output:
         Path(args.output).write_text("\n".join(lines) + "\n")
