@@ -27,6 +27,7 @@ from datetime import timedelta
 import torch
 from torch import nn, optim
 from torchft import Manager, Optimizer, ProcessGroupGloo
+from torchft.checkpointing.pg_transport import PGTransport
 
 from torch_mojo.torchft import (DistributedDataParallel, ProcessGroupMojo, lighthouse_named_on_timeout,
                                 process_group_through_torchcomms, require_lighthouse)
@@ -40,6 +41,9 @@ def parse():
     parser.add_argument("--width", type=int, default=256, help="hidden units: the gradient's size")
     parser.add_argument("--step-delay", type=float, default=0.0, help="seconds of extra work per step")
     parser.add_argument("--timeout", type=float, default=10.0, help="the process group's timeout, seconds")
+    parser.add_argument("--heal-over", choices=["http", "group"], default="http",
+                        help="how a healing group gets the weights: torchft's HTTP server (its default), "
+                             "or the process group itself (torchft's PGTransport)")
     parser.add_argument("--quorum-timeout", type=float, default=60.0,
                         help="seconds to wait for a quorum (past the Lighthouse's --join_timeout_ms)")
     return parser.parse_args()
@@ -76,6 +80,7 @@ def main():
         replica_id=f"train_ddp_{replica}",
         timeout=timeout,
         quorum_timeout=timedelta(seconds=args.quorum_timeout),
+        checkpoint_transport=PGTransport(group, timeout, torch.device("cpu")) if args.heal_over == "group" else None,
     )
     ddp = DistributedDataParallel(manager, model)
     wrapped = Optimizer(manager, optimizer)
