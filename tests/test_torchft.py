@@ -9,7 +9,8 @@ weights (on mojo through the group itself), and all end with the same
 weights, bit for bit. The kill also runs on torchft's ProcessGroupGloo,
 and on its ProcessGroupTorchComms over `mojo` (reconfigured, not rebuilt;
 in make torchcomms-check). A Lighthouse that is not there is named by
-every rank. torchft (requirements-torchft.txt) is installed by
+every rank; a group started with another setting that must agree, or
+another number of ranks, is refused while the other trains on. torchft (requirements-torchft.txt) is installed by
 `make torchft-check`; these tests are not in `make test`."""
 
 import importlib.util
@@ -172,3 +173,30 @@ def test_hsdp_groups_of_two_ranks_heal_shard_by_shard(replicas):
     ends = final_weights(run.output(0))
     assert ends == final_weights(restarted) and sorted(ends) == [0, 1], ends
     assert ends[0][0] == steps and ends[0][1] != ends[1][1]  # two shards, each alike across the groups
+
+
+@pytest.mark.parametrize("differs", ["setting", "world size"])
+def test_a_replica_group_that_disagrees_is_refused_and_the_other_trains_on(replicas, differs):
+    """A group started later with another MOJOCCL_DETERMINISTIC, or with
+    another number of ranks: it ends, naming what differs, at its first
+    quorum and again at each of torchrun's restarts (before it joins one);
+    the group that was there first skips that one quorum, commits every
+    step, and trains on after the other has ended."""
+    hsdp = differs == "world size"
+    run = replicas("mojo", 100000, groups=1, restarts=1, nproc=2 if hsdp else 1,
+                   script=SCRIPTS / ("train_hsdp.py" if hsdp else "train_ddp.py"))
+    run.wait_for_step(0, 5)
+    late = run.add_group(**({"nproc": 1} if hsdp else {"env": {"MOJOCCL_DETERMINISTIC": "1"}}))
+    run.wait([late])
+    run.wait_for_step(0, run.committed(0)[-1][0] + 5)
+    name = "train_hsdp" if hsdp else "train_ddp"
+    what = (f"the replica group's number of ranks is 2 in replica group {name}_0 and 1 in replica group {name}_1"
+            if hsdp else f"MOJOCCL_DETERMINISTIC is 0 in replica group {name}_0 and 1 in replica group {name}_1")
+    refused = (f"torch-mojo: replica group {name}_1 cannot train with replica group {name}_0 ({what}): set it "
+               f"alike on every replica group. Replica group {name}_1 ends; the others train on.")
+    assert run.groups[late].returncode != 0 and run.output(late).count(refused) >= 2, run.output(late)[-4000:]
+    assert f"RuntimeError: {refused}" in run.output(late)  # the restart's: refused before it joins a quorum
+    steps_taken = run.committed(0)
+    assert every_step_to(steps_taken, steps_taken[-1][0], started_by=1), steps_taken
+    assert all(participants == 1 for _, participants, _ in steps_taken), steps_taken
+    assert f"torch-mojo: replica group {name}_1 cannot train with this group ({what})" in run.output(0)

@@ -59,13 +59,25 @@ class Replicas:
         self.lighthouse_port = lighthouse_port or free_port()
         self.lighthouse = (start_lighthouse(self.directory / "lighthouse.log", self.lighthouse_port, min_replicas)
                            if lighthouse else None)
-        environ = {**os.environ, "PYTHONPATH": str(ROOT), "TORCH_MOJO_BACKEND_TRACE": "0",
-                   "TORCHFT_LIGHTHOUSE": f"http://localhost:{self.lighthouse_port}", **(env or {})}
-        self.groups = [subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
-             f"--max-restarts={restarts}", f"--master-port={free_port()}", str(self.script), *script_args],
-            env={**environ, "REPLICA_GROUP_ID": str(replica)}, stdout=open(self.log(replica), "w"),
-            stderr=subprocess.STDOUT, start_new_session=True) for replica in range(groups)]
+        self.script_args = script_args
+        self.restarts = restarts
+        self.environ = {**os.environ, "PYTHONPATH": str(ROOT), "TORCH_MOJO_BACKEND_TRACE": "0",
+                        "TORCHFT_LIGHTHOUSE": f"http://localhost:{self.lighthouse_port}", **(env or {})}
+        self.groups: list[subprocess.Popen] = []
+        for _ in range(groups):
+            self.add_group()
+
+    def add_group(self, nproc: int | None = None, env: dict | None = None) -> int:
+        """Starts one more replica group (of `nproc` ranks, with `env` added
+        to the others' environment); returns its number."""
+        replica = len(self.groups)
+        self.groups.append(subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc or self.nproc}",
+             f"--max-restarts={self.restarts}", f"--master-port={free_port()}", str(self.script),
+             *self.script_args],
+            env={**self.environ, **(env or {}), "REPLICA_GROUP_ID": str(replica)},
+            stdout=open(self.log(replica), "w"), stderr=subprocess.STDOUT, start_new_session=True))
+        return replica
 
     def log(self, replica: int) -> Path:
         return self.directory / f"replica{replica}.log"

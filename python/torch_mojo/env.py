@@ -30,6 +30,7 @@ class Variable:
     used: bool = True  # False: a name of the user guide this version does not read yet
     alias: str = ""  # an older name that means the same (PyTorch's NCCL-era names)
     secret: bool = False  # its value is never printed (info, doctor): shown_value() hides it
+    must_agree: bool = False  # libmojoccl requires one value on every rank of a communicator
 
     def allowed(self) -> str:
         if self.listed:
@@ -201,6 +202,7 @@ VARIABLES: tuple[Variable, ...] = (
         "all-reduce algorithm inside a node: `one_shot`, `two_shot` or `auto` (by size "
         "and rank count)",
         choices=("auto", "one_shot", "two_shot"),
+        must_agree=True,
     ),
     Variable(
         "MOJOCCL_NET_ALGO",
@@ -215,9 +217,10 @@ VARIABLES: tuple[Variable, ...] = (
         "A reduce-scatter between nodes takes the first half of `ring` or `rabenseifner` (recursive "
         "halving), the ring where neither is listed. A broadcast past 64 KiB goes along the nodes, "
         "each passing each segment on to the next (`ring`), or down a binomial tree (any other), "
-        "as the model chooses among those listed. Must be the same on every rank",
+        "as the model chooses among those listed",
         choices=("auto",),
         listed=("ring", "recursive_doubling", "rabenseifner", "tree"),
+        must_agree=True,
     ),
     Variable(
         "MOJOCCL_NET_DIRECT_NODES",
@@ -226,8 +229,9 @@ VARIABLES: tuple[Variable, ...] = (
         "in one step: each call's frames (the agreement on the call, and the data of collectives up "
         "to 64 KiB) and a larger all-gather's blocks; past it the frames go by Bruck's all-gather, "
         "ceil(log2 of the node count) steps of one message each, and the blocks round the ring "
-        "(each leader sending to one leader and receiving from another). Must be the same on every rank",
+        "(each leader sending to one leader and receiving from another)",
         int_range=(1, 1048576),
+        must_agree=True,
     ),
     Variable(
         "MOJOCCL_NET_FRAMES",
@@ -238,8 +242,9 @@ VARIABLES: tuple[Variable, ...] = (
         "libfabric's tcp provider), `fabric` on the libfabric endpoint; `auto` takes the sockets "
         "where the provider is tcp (or net, sockets, udp) up to 128 nodes (each leader holds a "
         "second connection to every other), and the fabric on RDMA providers (cxi, verbs, efa), "
-        "whose round trip is shorter. Must be the same on every rank",
+        "whose round trip is shorter",
         choices=("auto", "socket", "fabric"),
+        must_agree=True,
     ),
     Variable(
         "MOJOCCL_NET_RAILS",
@@ -248,8 +253,9 @@ VARIABLES: tuple[Variable, ...] = (
         "rails (local rank i of every node carries slice i between nodes, on its own endpoint and "
         "NIC), and so do a large all-gather and reduce-scatter where each node's ranks are consecutive "
         "(local rank i carries block i of every node); `0`: the node's first rank alone carries its "
-        "bytes. Must be the same on every rank",
+        "bytes",
         choices=("0", "1"),
+        must_agree=True,
     ),
     Variable(
         "MOJOCCL_ZERO_COPY",
@@ -257,6 +263,7 @@ VARIABLES: tuple[Variable, ...] = (
         "`0` stops ranks from reading each other's buffers in place (registered pool, "
         "process_vm_readv): every collective then stages its data through shared memory",
         choices=("0", "1"),
+        must_agree=True,
     ),
     Variable(
         "MOJOCCL_DEVICE_PEERS",
@@ -265,6 +272,7 @@ VARIABLES: tuple[Variable, ...] = (
         "GPU buffers (IPC handles) and reduce them with the Mojo GPU kernel, instead of "
         "staging through host memory; off until it has run on GPUs",
         choices=("0", "1"),
+        must_agree=True,
     ),
     Variable(
         "MOJOCCL_DETERMINISTIC",
@@ -272,9 +280,10 @@ VARIABLES: tuple[Variable, ...] = (
         "`1`: every floating-point sum, average and product of all_reduce, reduce and "
         "reduce_scatter is the rank-order one, ((x0 + x1) + x2) + ..., in the tensor's own "
         "dtype, bit for bit whatever the layout of ranks on nodes (docs/reproducible.md); "
-        "every rank must set the same; `torch_mojo.set_deterministic()` and "
+        "`torch_mojo.set_deterministic()` and "
         "`torch.use_deterministic_algorithms(True)` turn it on",
         choices=("0", "1"),
+        must_agree=True,
     ),
     Variable(
         "MOJOCCL_IB_TIMEOUT_S",
@@ -418,6 +427,8 @@ def markdown_table() -> str:
     lines = ["| Variable | Default | Allowed | Effect |", "|---|---|---|---|"]
     for variable in VARIABLES:
         effect = variable.effect if variable.used else f"{variable.effect} (not read by this version yet)"
+        if variable.must_agree:
+            effect += ". Must be the same on every rank, and on every replica group of a torchft job"
         name = f"`{variable.name}` (or `{variable.alias}`)" if variable.alias else f"`{variable.name}`"
         lines.append(f"| {name} | {variable.default} | {variable.allowed()} | {effect} |")
     return "\n".join(lines) + "\n"

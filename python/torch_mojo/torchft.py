@@ -12,7 +12,10 @@ group it had and calls configure(), which builds a `mojo` group of the
 quorum's replicas from torchft's store. A peer that dies or stalls makes
 the group's calls fail, in the caller, so that torchft can drop the
 replica and go on: the watchdog does not end the process, as it does for
-a group of init_process_group.
+a group of init_process_group. A replica group started with another
+value of a setting that must agree, or another number of ranks, is
+refused before the group is made (replica_agreement.py): it ends, the
+others skip that quorum and train on.
 
 torchft's other way, its own ProcessGroupTorchComms over a torchcomms
 communicator that reconfigures rather than being rebuilt:
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
 from contextlib import contextmanager
 from datetime import timedelta
@@ -43,14 +47,23 @@ from torchft.process_group import ProcessGroupWrapper
 
 from torch_mojo._registration import make_backend
 from torch_mojo.libraries import current_accelerator
+from torch_mojo.replica_agreement import ReplicaFacts, facts_here, judge
 
 
 class ProcessGroupMojo(ProcessGroupWrapper):
     """A reconfigurable `mojo` process group for torchft."""
 
     _backend = None  # the group of the current quorum's, once configured
+    _quorums = 0  # quorums this process has trained in
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        refused_before = _torchrun_record(REFUSED)
+        if refused_before:  # torchrun restarted a refused group: it ends before it joins a quorum
+            raise RuntimeError(refused_before)
 
     def _create_pg(self, store, rank: int, world_size: int) -> BaseProcessGroup:
+        self._require_agreement(store, rank, world_size)
         # torchft's store holds this quorum's keys alone, and its replica
         # groups are torchrun jobs of their own, each restarted apart.
         backend = make_backend(store, rank, world_size, self._timeout, self._global_ranks or (), group_store=True)
@@ -63,7 +76,27 @@ class ProcessGroupMojo(ProcessGroupWrapper):
         accelerator = current_accelerator()  # the device make_backend made the group for
         if accelerator is not None:
             group._register_backend(accelerator, custom, backend)
+        self._quorums += 1
         return group
+
+    def _require_agreement(self, store, rank: int, world_size: int) -> None:
+        """Ends this process where its replica group gives way to the
+        others (replica_agreement.py); raises, skipping this quorum, where
+        another group gives way to this one."""
+        mine = facts_here(self._replica_id or "0", self._group_world_size or 1, self._quorums)
+        store.set(f"torch_mojo/replica/{rank}", mine.to_json())
+        everyone = [ReplicaFacts.from_json(text) for text in
+                    store.multi_get([f"torch_mojo/replica/{peer}" for peer in range(world_size)])]
+        verdict = judge(mine, everyone)
+        if verdict is None:
+            return
+        if not verdict.refused:
+            raise RuntimeError(verdict.message)
+        # torchft takes a failed configure as a passing fault and would come
+        # back at the next step; torchrun, restarting the group, finds the record.
+        _torchrun_record(REFUSED, verdict.message)
+        print(verdict.message, file=sys.stderr, flush=True)
+        os._exit(1)
 
     def errored(self) -> Optional[Exception]:
         """The failure that makes this group unusable (a peer gone, a call
@@ -73,6 +106,23 @@ class ProcessGroupMojo(ProcessGroupWrapper):
 
     def getBackendName(self) -> str:
         return "torchft-mojo"
+
+
+REFUSED = "torch_mojo/torchft/refused"
+
+
+def _torchrun_record(key: str, value: Optional[str] = None) -> Optional[str]:
+    """Reads (or, given `value`, writes) `key` in the store of the torchrun
+    that runs this process, which outlives its restarts; None where this
+    process is not under torchrun or the key is not there."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ or "MASTER_PORT" not in os.environ:
+        return None
+    store = TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                     timeout=timedelta(seconds=10))
+    if value is not None:
+        store.set(key, value)
+        return value
+    return store.get(key).decode() if store.check([key]) else None
 
 
 def process_group_through_torchcomms(timeout: timedelta = timedelta(seconds=60), name: str = "torchft"):
