@@ -175,15 +175,16 @@ def test_hsdp_groups_of_two_ranks_heal_shard_by_shard(replicas):
     assert ends[0][0] == steps and ends[0][1] != ends[1][1]  # two shards, each alike across the groups
 
 
-@pytest.mark.parametrize("differs", ["setting", "world size"])
-def test_a_replica_group_that_disagrees_is_refused_and_the_other_trains_on(replicas, differs):
+@pytest.mark.parametrize("backend, differs", [("mojo", "setting"), ("mojo", "world size"),
+                                              pytest.param("mojo-torchcomms", "setting", marks=THROUGH_TORCHCOMMS.marks)])
+def test_a_replica_group_that_disagrees_is_refused_and_the_other_trains_on(replicas, backend, differs):
     """A group started later with another MOJOCCL_DETERMINISTIC, or with
     another number of ranks: it ends, naming what differs, at its first
     quorum and again at each of torchrun's restarts (before it joins one);
     the group that was there first skips that one quorum, commits every
     step, and trains on after the other has ended."""
     hsdp = differs == "world size"
-    run = replicas("mojo", 100000, groups=1, restarts=1, nproc=2 if hsdp else 1,
+    run = replicas(backend, 100000, groups=1, restarts=1, nproc=2 if hsdp else 1,
                    script=SCRIPTS / ("train_hsdp.py" if hsdp else "train_ddp.py"))
     run.wait_for_step(0, 5)
     late = run.add_group(**({"nproc": 1} if hsdp else {"env": {"MOJOCCL_DETERMINISTIC": "1"}}))

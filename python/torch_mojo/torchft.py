@@ -57,13 +57,11 @@ class ProcessGroupMojo(ProcessGroupWrapper):
     _quorums = 0  # quorums this process has trained in
 
     def __init__(self, *args, **kwargs):
+        _end_if_refused_before()
         super().__init__(*args, **kwargs)
-        refused_before = _torchrun_record(REFUSED)
-        if refused_before:  # torchrun restarted a refused group: it ends before it joins a quorum
-            raise RuntimeError(refused_before)
 
     def _create_pg(self, store, rank: int, world_size: int) -> BaseProcessGroup:
-        self._require_agreement(store, rank, world_size)
+        _require_agreement(store, rank, world_size, self._replica_id, self._group_world_size, self._quorums)
         # torchft's store holds this quorum's keys alone, and its replica
         # groups are torchrun jobs of their own, each restarted apart.
         backend = make_backend(store, rank, world_size, self._timeout, self._global_ranks or (), group_store=True)
@@ -79,25 +77,6 @@ class ProcessGroupMojo(ProcessGroupWrapper):
         self._quorums += 1
         return group
 
-    def _require_agreement(self, store, rank: int, world_size: int) -> None:
-        """Ends this process where its replica group gives way to the
-        others (replica_agreement.py); raises, skipping this quorum, where
-        another group gives way to this one."""
-        mine = facts_here(self._replica_id or "0", self._group_world_size or 1, self._quorums)
-        store.set(f"torch_mojo/replica/{rank}", mine.to_json())
-        everyone = [ReplicaFacts.from_json(text) for text in
-                    store.multi_get([f"torch_mojo/replica/{peer}" for peer in range(world_size)])]
-        verdict = judge(mine, everyone)
-        if verdict is None:
-            return
-        if not verdict.refused:
-            raise RuntimeError(verdict.message)
-        # torchft takes a failed configure as a passing fault and would come
-        # back at the next step; torchrun, restarting the group, finds the record.
-        _torchrun_record(REFUSED, verdict.message)
-        print(verdict.message, file=sys.stderr, flush=True)
-        os._exit(1)
-
     def errored(self) -> Optional[Exception]:
         """The failure that makes this group unusable (a peer gone, a call
         timed out), for torchft to reconfigure on; None while it is sound."""
@@ -109,6 +88,35 @@ class ProcessGroupMojo(ProcessGroupWrapper):
 
 
 REFUSED = "torch_mojo/torchft/refused"
+
+
+def _require_agreement(store, rank: int, world_size: int, replica_id: Optional[str],
+                       group_world_size: Optional[int], quorums: int) -> None:
+    """Ends this process where its replica group gives way to the others
+    (replica_agreement.py); raises, skipping this quorum, where another
+    group gives way to this one. `store`: the quorum's, torchft's."""
+    mine = facts_here(replica_id or "0", group_world_size or 1, quorums)
+    store.set(f"torch_mojo/replica/{rank}", mine.to_json())
+    everyone = [ReplicaFacts.from_json(text) for text in
+                store.multi_get([f"torch_mojo/replica/{peer}" for peer in range(world_size)])]
+    verdict = judge(mine, everyone)
+    if verdict is None:
+        return
+    if not verdict.refused:
+        raise RuntimeError(verdict.message)
+    # torchft takes a failed configure as a passing fault and would come
+    # back at the next step; torchrun, restarting the group, finds the record.
+    _torchrun_record(REFUSED, verdict.message)
+    print(verdict.message, file=sys.stderr, flush=True)
+    os._exit(1)
+
+
+def _end_if_refused_before() -> None:
+    """A group that torchrun restarted after it was refused ends before it
+    joins a quorum (and costs the others nothing)."""
+    refused_before = _torchrun_record(REFUSED)
+    if refused_before:
+        raise RuntimeError(refused_before)
 
 
 def _torchrun_record(key: str, value: Optional[str] = None) -> Optional[str]:
@@ -135,12 +143,27 @@ def process_group_through_torchcomms(timeout: timedelta = timedelta(seconds=60),
     caller (abort_process_on_timeout_or_error=False), for torchft to drop
     it. Needs torchcomms and torch-mojo built with it (make torchcomms-check)."""
     import torchcomms
+    from torchft.process_group import create_store_client
     from torchft.torchcomms import ProcessGroupTorchComms
 
+    class AgreeingProcessGroupTorchComms(ProcessGroupTorchComms):
+        """Replica groups that disagree are refused before reconfigure, as
+        ProcessGroupMojo refuses them."""
+        _quorums = 0
+
+        def configure(self, store_addr, replica_id, rank, world_size, quorum_id=None, group_rank=None,
+                      group_world_size=None, global_ranks=None):
+            _require_agreement(create_store_client(store_addr, timeout=self._timeout), rank, world_size,
+                               replica_id, group_world_size, self._quorums)
+            super().configure(store_addr, replica_id, rank, world_size, quorum_id, group_rank, group_world_size,
+                              global_ranks)
+            self._quorums += 1
+
+    _end_if_refused_before()
     store = TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timeout)
     comm = torchcomms.new_comm("mojo", current_accelerator() or torch.device("cpu"), name=name, store=store,
                                enable_reconfigure=True, abort_process_on_timeout_or_error=False, timeout=timeout)
-    return ProcessGroupTorchComms(comm, timeout=timeout)
+    return AgreeingProcessGroupTorchComms(comm, timeout=timeout)
 
 
 def require_lighthouse(address: Optional[str] = None, timeout: timedelta = timedelta(seconds=30)) -> None:
