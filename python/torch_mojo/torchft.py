@@ -147,16 +147,21 @@ def process_group_through_torchcomms(timeout: timedelta = timedelta(seconds=60),
     from torchft.torchcomms import ProcessGroupTorchComms
 
     class AgreeingProcessGroupTorchComms(ProcessGroupTorchComms):
-        """Replica groups that disagree are refused before reconfigure, as
-        ProcessGroupMojo refuses them."""
+        """torchft's, whose configure() also refuses replica groups that
+        disagree, as ProcessGroupMojo does: the facts and the init handles
+        go through one client of the quorum's store (a TCPStore client
+        costs a connection, and c10d looks up the peer's name on each)."""
         _quorums = 0
 
         def configure(self, store_addr, replica_id, rank, world_size, quorum_id=None, group_rank=None,
                       group_world_size=None, global_ranks=None):
-            _require_agreement(create_store_client(store_addr, timeout=self._timeout), rank, world_size,
-                               replica_id, group_world_size, self._quorums)
-            super().configure(store_addr, replica_id, rank, world_size, quorum_id, group_rank, group_world_size,
-                              global_ranks)
+            store = create_store_client(store_addr, timeout=self._timeout)
+            _require_agreement(store, rank, world_size, replica_id, group_world_size, self._quorums)
+            store.set(f"torchcomms_init_handle/{rank}", self._comm.get_init_handle())
+            handles = store.multi_get([f"torchcomms_init_handle/{peer}" for peer in range(world_size)])
+            self._comm.reconfigure(uuid=quorum_id, init_handles=[handle.decode() for handle in handles],
+                                   timeout=self._timeout).wait()
+            self._world_size = world_size
             self._quorums += 1
 
     _end_if_refused_before()
