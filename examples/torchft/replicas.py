@@ -26,8 +26,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-STEP = re.compile(r"^replica (\d+) step (\d+) loss \S+ participants (\d+) time (\S+)$", re.M)
-DONE = re.compile(r"^replica (\d+)(?: rank (\d+))? done step (\d+) weights (\w+)$", re.M)
+# Not anchored to lines: a group's ranks and torchft's logger share one
+# file, and another process's text can land before a line's newline.
+STEP = re.compile(r"replica (\d+) step (\d+) loss \S+ participants (\d+) time (\d+\.\d{3})")
+DONE = re.compile(r"replica (\d+)(?: rank (\d+))? done step (\d+) weights ([0-9a-f]{16})")
 
 
 def free_port() -> int:

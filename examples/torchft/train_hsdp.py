@@ -98,10 +98,10 @@ def main():
             time.sleep(args.step_delay)
             if manager.should_commit():  # on every rank: the group commits as one
                 optimizer.step()
-                if first:
+                if first:  # one write, newline included: the group's ranks share torchrun's output
                     print(f"replica {replica} step {manager.current_step()} loss {loss.item():.4f} "
-                          f"participants {manager.num_participants()} time {time.time():.3f}", flush=True)
-    # One write, newline included: the group's ranks share torchrun's output.
+                          f"participants {manager.num_participants()} time {time.time():.3f}\n", end="", flush=True)
+    # One write, newline included, here too.
     print(f"replica {replica} rank {dist.get_rank()} done step {manager.current_step()} weights "
           f"{digest(local_shards(sharded))}\n", end="", flush=True)
     manager.shutdown(wait=False)
