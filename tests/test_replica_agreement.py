@@ -30,6 +30,19 @@ def test_groups_that_agree_pass(monkeypatch):
     assert judge(here, [here, facts_here("b:uuid", 2, 0)]) is None
 
 
+def test_torchs_deterministic_switch_is_the_setting_libmojoccl_will_read(monkeypatch):
+    import torch
+
+    monkeypatch.setenv("MOJOCCL_DETERMINISTIC", "")  # unset, and put back as it was after the test
+    monkeypatch.delenv("MOJOCCL_DETERMINISTIC")
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert ("MOJOCCL_DETERMINISTIC", "1") in facts_here("a", 1, 0).settings
+    finally:
+        torch.use_deterministic_algorithms(was)
+
+
 def test_the_majority_stands_and_the_odd_group_ends():
     everyone = [facts("a", quorums=0), facts("b", quorums=0), facts("c", "1", quorums=50)]
     odd = judge(everyone[2], everyone)

@@ -25,6 +25,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Optional
 
+from torch_mojo._registration import _follow_torch_determinism
 from torch_mojo.env import VARIABLES
 
 MUST_AGREE = tuple(variable.name for variable in VARIABLES if variable.must_agree)
@@ -48,6 +49,7 @@ class ReplicaFacts:
 
 def facts_here(replica_id: str, group_world_size: int, quorums: int) -> ReplicaFacts:
     """This rank's facts: the settings as libmojoccl will read them (unset: the default)."""
+    _follow_torch_determinism()  # as the communicator about to be made will: MOJOCCL_DETERMINISTIC from torch's switch
     defaults = {variable.name: variable.default for variable in VARIABLES}
     settings = [(name, os.environ.get(name) or defaults[name]) for name in MUST_AGREE]
     return ReplicaFacts(replica_id.split(":")[0], (*settings, (WORLD_SIZE, str(group_world_size))), quorums)
