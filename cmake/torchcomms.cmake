@@ -36,6 +36,7 @@ endif()
 
 pybind11_add_module(_torchcomms MODULE
                     ${CMAKE_CURRENT_SOURCE_DIR}/cpp/torchcomms/torch_comm_mojo.cc
+                    ${CMAKE_CURRENT_SOURCE_DIR}/cpp/torchcomms/torch_comm_mojo_calls.cc
                     ${CMAKE_CURRENT_SOURCE_DIR}/cpp/python/torchcomms_module.cc)
 set_target_properties(_torchcomms PROPERTIES CXX_STANDARD 20
                       INSTALL_RPATH "$ORIGIN/lib;${_tc_package_dir}")

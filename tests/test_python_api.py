@@ -111,7 +111,7 @@ def test_every_variable_the_code_reads_is_in_the_table():
 
 def test_libmojoccls_table_of_settings_agrees_with_envs():
     """libmojoccl states each variable it reads once, with its default and
-    what it accepts (cpp/ccl/settings.cc); env.py, from which the docs and
+    what it accepts (cpp/ccl/base/settings.cc); env.py, from which the docs and
     the doctor follow, must say the same."""
     from torch_mojo.mojoccl import Library
 
@@ -131,8 +131,30 @@ def test_libmojoccls_table_of_settings_agrees_with_envs():
     # Every read goes through the table.
     for path in ROOT.glob("cpp/ccl/**/*.cc"):
         for name in re.findall(r'setting(?:Int|Choice|On|Text)\("([A-Z0-9_]+)"\)', path.read_text()):
-            assert name in table, f"{path.name} reads {name}, which cpp/ccl/settings.cc lacks"
+            assert name in table, f"{path.name} reads {name}, which cpp/ccl/base/settings.cc lacks"
         assert "getenv(\"MOJOCCL_" not in path.read_text(), path.name
+
+
+def test_a_bad_value_set_after_import_fails_every_rank_naming_it():
+    # The group asks libmojoccl how long to wait for its first rank's id:
+    # a value libmojoccl refuses is an error, not the default in silence.
+    results = run_worker("init_only", 2, env={"SET_AFTER_IMPORT": "MOJOCCL_BOOTSTRAP_TIMEOUT_S=soon"},
+                         check=False, timeout=60)
+    for result in results:
+        assert result.returncode != 0, result.stdout
+        assert "MOJOCCL_BOOTSTRAP_TIMEOUT_S=soon is not valid: expected an integer" in result.stderr, result.stderr
+
+
+def test_the_process_group_reads_its_environment_one_way():
+    """The process group (and torchcomms' door, and the Python module) read
+    a variable through backend/environment.h alone, and a MOJOCCL_* one not
+    at all: they ask libmojoccl (mojocclSettingInt), whose table validates it."""
+    for folder in ("backend", "torchcomms", "python"):
+        for path in (ROOT / "cpp" / folder).glob("*"):
+            text = path.read_text()
+            if path.name != "environment.h":
+                assert "getenv(" not in text, f"{path.name}: read it with environment() (backend/environment.h)"
+            assert not re.search(r'environment\("MOJOCCL_', text), f"{path.name}: ask libmojoccl (settingInt)"
 
 
 def test_docs_environment_table_is_generated_from_the_table():

@@ -63,6 +63,7 @@ CclLibrary::CclLibrary(const std::string& path, const std::string& kind) : kind_
       reinterpret_cast<decltype(api_.failedRanks)>(dlsym(handle_, "mojocclCommFailedRanks"));
   api_.coreSharing = reinterpret_cast<decltype(api_.coreSharing)>(dlsym(handle_, "mojocclCommCoreSharing"));
   api_.rejected = reinterpret_cast<decltype(api_.rejected)>(dlsym(handle_, "mojocclCommRejected"));
+  api_.settingInt = reinterpret_cast<decltype(api_.settingInt)>(dlsym(handle_, "mojocclSettingInt"));
   api_.allToAllv = reinterpret_cast<decltype(api_.allToAllv)>(dlsym(handle_, "ncclAllToAllv"));
   check(api_.getVersion(&version_), "ncclGetVersion", nullptr);
 }
@@ -79,6 +80,13 @@ void CclLibrary::check(ncclResult_t result, const char* call, ncclComm_t comm) c
   bool detailed = details != nullptr && details[0] != '\0';
   throw CclError(result, std::string(call) + " failed: " +
                              (detailed ? details : api_.getErrorString(result)));
+}
+
+int64_t CclLibrary::settingInt(const char* name) const {
+  if (api_.settingInt == nullptr) throw CclError(ncclInvalidUsage, path_ + " is not libmojoccl: it has no " + name);
+  int64_t value = 0;
+  check(api_.settingInt(name, &value), "mojocclSettingInt", nullptr);
+  return value;
 }
 
 std::shared_ptr<CclLibrary> hostCollectiveLibrary() {

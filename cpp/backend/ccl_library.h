@@ -54,6 +54,7 @@ struct CclApi {
   ncclResult_t (*failedRanks)(ncclComm_t, int*, int*);
   ncclResult_t (*coreSharing)(ncclComm_t, int*, int*);
   ncclResult_t (*rejected)(ncclComm_t, uint64_t*);  // what came from outside the communicator
+  ncclResult_t (*settingInt)(const char*, int64_t*);  // a MOJOCCL_* integer, validated
   // RCCL's and libmojoccl's (not NCCL's): an all-to-all.
   ncclResult_t (*allToAllv)(const void*, const size_t*, const size_t*, void*, const size_t*, const size_t*,
                             ncclDataType_t, ncclComm_t, ncclStream_t);
@@ -75,6 +76,9 @@ class CclLibrary {
 
   // Throws CclError naming `call` when `result` is not ncclSuccess.
   void check(ncclResult_t result, const char* call, ncclComm_t comm) const;
+  // libmojoccl's value of the integer setting `name` (settings.cc's table:
+  // one reading, one validation); throws CclError for a value it refuses.
+  int64_t settingInt(const char* name) const;
 
  private:
   void* handle_ = nullptr;

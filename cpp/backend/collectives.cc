@@ -492,4 +492,48 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::alltoall(std::vector<at::Tensor
       });
 }
 
+// ---- the checks of a call's tensors, on the caller's thread
+
+Communicator* ProcessGroupMojo::communicatorFor(const at::Tensor& tensor) const {
+  Communicator* comm = tensor.device().is_cpu() ? host_.get()
+                       : device_ && tensor.device() == device_->device ? device_->comm.get()
+                                                                       : nullptr;
+  TORCH_CHECK_VALUE(comm != nullptr,
+                    "the mojo distributed backend handles mojo and cpu tensors; got a tensor on ",
+                    tensor.device(), " (this process group takes cpu",
+                    device_ ? " and " + device_->device.str() : std::string(),
+                    " tensors: move it to torch.accelerator.current_accelerator() or to the CPU "
+                    "with .cpu())");
+  TORCH_CHECK_VALUE(tensor.layout() == at::kStrided, "the mojo backend takes dense tensors; got a ",
+                    tensor.layout(), " tensor");
+  ncclDatatypeOf(tensor);
+  return comm;
+}
+
+const at::Tensor& ProcessGroupMojo::onlyTensor(const std::vector<at::Tensor>& tensors,
+                                               const char* call) const {
+  TORCH_CHECK_VALUE(tensors.size() == 1, call, " with the mojo backend takes one tensor per call, got ",
+                    tensors.size());
+  checkTensor(tensors[0]);
+  return tensors[0];
+}
+
+void ProcessGroupMojo::checkLike(const at::Tensor& tensor, const at::Tensor& reference,
+                                 const char* what) const {
+  checkTensor(tensor);
+  TORCH_CHECK_VALUE(tensor.device() == reference.device(), what, " is on ", tensor.device(),
+                    " but the input is on ", reference.device(),
+                    "; the tensors of one call must all be on one device");
+  TORCH_CHECK_TYPE(tensor.scalar_type() == reference.scalar_type(), what, " has dtype ",
+                   dtypeName(tensor), " but the input has ", dtypeName(reference));
+}
+
+void ProcessGroupMojo::checkSameSize(const at::Tensor& tensor, const at::Tensor& reference,
+                                     const char* what) const {
+  checkLike(tensor, reference, what);
+  TORCH_CHECK_VALUE(tensor.numel() == reference.numel(), what, " has ", tensor.numel(),
+                    " elements where ", reference.numel(), " are expected; the mojo backend ",
+                    "moves equal-sized tensors");
+}
+
 }  // namespace torch_mojo

@@ -46,8 +46,8 @@ std::string withJobId(std::string prefix) {
   if (at == std::string::npos) return prefix;
   std::string job = "nojob";
   for (const char* name : {"SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "FLUX_JOB_ID", "TORCHELASTIC_RUN_ID"}) {
-    const char* value = std::getenv(name);
-    if (value != nullptr && value[0] != '\0') {
+    const std::string value = environment(name);
+    if (!value.empty()) {
       job = value;
       break;
     }
@@ -85,10 +85,8 @@ std::string dumpJson(bool includeCollectives, bool onlyActive) {
 }
 
 std::string writeDump(int globalRank, bool onlyActive) {
-  const char* home = std::getenv("HOME");
   std::string prefix = environment("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
-                                    std::string(home != nullptr ? home : "/tmp") +
-                                        "/.cache/torch/comm_lib_trace_rank_");
+                                    environment("HOME", nullptr, "/tmp") + "/.cache/torch/comm_lib_trace_rank_");
   bool stacks = environment("TORCH_INCLUDE_STACK_TRACE", "TORCH_INCLUDE_STACK_TRACE", "1") != "0";
   std::string path = withJobId(prefix) + std::to_string(globalRank);
   makeParentDirectories(path);

@@ -1,6 +1,8 @@
-// ProcessGroupMojo's life: its communicators, the checks of a call's
-// tensors, split(), abort() and shutdown(), and what the watchdog reads.
-// The collectives are in collectives.cc, the job queue in work_queue.cc.
+// ProcessGroupMojo's life: its communicators made and traced, split() and
+// shrink(). What it keeps in torch's store is in group_store.cc, how it
+// fails and ends (and what the watchdog reads) in group_failure.cc, the
+// collectives and their checks in collectives.cc, the job queue in
+// work_queue.cc.
 #include "backend/process_group_mojo.hpp"
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include <torch/csrc/distributed/c10d/logger.hpp>
 
 #include "backend/environment.h"
+#include "backend/group_store.h"
 #include "backend/tensors.h"
 #include "backend/watchdog.hpp"
 
@@ -47,84 +50,9 @@ void traceLibrary(const CclLibrary& library) {
   std::fflush(stderr);
 }
 
-// The first rank of a group publishes its communicator's id in the store;
-// the others wait for it as long as libmojoccl waits for its peers, not the
-// store's timeout (half an hour by default).
-void awaitUniqueId(c10d::Store& store, const std::string& key) {
-  const int asked = std::atoi(environment("MOJOCCL_BOOTSTRAP_TIMEOUT_S").c_str());
-  const int seconds = asked > 0 ? asked : MOJOCCL_BOOTSTRAP_TIMEOUT_S_DEFAULT;
-  try {
-    store.wait({key}, std::chrono::seconds(seconds));
-  } catch (const c10::DistStoreError& error) {
-    C10_THROW_ERROR(DistBackendError,
-                    c10::str("the group's first rank did not publish its communicator in the store "
-                             "within ", seconds, " s (MOJOCCL_BOOTSTRAP_TIMEOUT_S): it never "
-                             "created the group, or the ranks disagree on who is in it (as after "
-                             "shrink_group with different ranks_to_exclude) [", error.what_without_backtrace(), "]"));
-  }
-}
-
-// torchrun keeps its store across the restarts of a job (--max-restarts),
-// and torch's keys for a group are the same in every attempt: without a
-// prefix of its own, a restarted rank could read the communicator id of
-// the attempt before and wait for a rank that is gone.
-c10::intrusive_ptr<c10d::Store> forThisAttempt(const c10::intrusive_ptr<c10d::Store>& store) {
-  const std::string attempt = environment("TORCHELASTIC_RESTART_COUNT");
-  if (attempt.empty()) return store;
-  return c10::make_intrusive<c10d::PrefixStore>("mojo_attempt_" + attempt, store);
-}
-
-// The job's own store, without a group's prefix (but this attempt's): what
-// one process says of itself there, every group can read. Where each
-// global rank runs ("host H, pid P"), so that a rank that never checks in
-// to a later group can still be named with its host; which ranks' processes
-// are ending.
-c10::intrusive_ptr<c10d::Store> jobStore(const c10::intrusive_ptr<c10d::Store>& store) {
-  auto* prefixed = dynamic_cast<c10d::PrefixStore*>(store.get());
-  return forThisAttempt(prefixed != nullptr ? prefixed->getUnderlyingNonPrefixStore() : store);
-}
-
-// Where the store under the groups' prefixes is a TCPStore, a watch on its server.
-std::shared_ptr<StoreWatch> watchServerOf(const c10::intrusive_ptr<c10d::Store>& store) {
-  auto* prefixed = dynamic_cast<c10d::PrefixStore*>(store.get());
-  auto base = prefixed != nullptr ? prefixed->getUnderlyingNonPrefixStore() : store;
-  auto* tcp = dynamic_cast<c10d::TCPStore*>(base.get());
-  return tcp != nullptr ? StoreWatch::of(tcp->getHost(), tcp->getPort()) : nullptr;
-}
-
-std::string whereaboutsKey(uint64_t globalRank) {
-  return "torch_mojo_where/" + std::to_string(globalRank);
-}
-
-// The global ranks whose processes are ending, each appended as "R,": one
-// key, read in one round trip however large the job.
-constexpr const char* kExitingKey = "torch_mojo_exiting";
-
-std::set<uint64_t> exitingRanks(c10d::Store& job) {
-  std::set<uint64_t> ranks;
-  if (!job.check({kExitingKey})) return ranks;
-  std::vector<uint8_t> text = job.get(kExitingKey);
-  uint64_t rank = 0;
-  for (uint8_t c : text) {
-    if (c == ',') {
-      ranks.insert(rank);
-      rank = 0;
-    } else {
-      rank = rank * 10 + (c - '0');
-    }
-  }
-  return ranks;
-}
-
 // Every group alive in this process, for announceExit.
 std::mutex liveGroupsMutex;
 std::set<ProcessGroupMojo*> liveGroups;
-
-void publishWhereabouts(c10d::Store& job, uint64_t globalRank) {
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
-  job.set(whereaboutsKey(globalRank), c10::str("host ", host, ", pid ", getpid()));
-}
 
 }  // namespace
 
@@ -202,144 +130,13 @@ void ProcessGroupMojo::announceExit() {
   for (ProcessGroupMojo* group : liveGroups) {
     if (group->storeGone()) continue;
     try {
-      const std::string entry = std::to_string(group->globalRank()) + ",";
-      group->jobStore_->append(kExitingKey, std::vector<uint8_t>(entry.begin(), entry.end()));
+      sayExiting(*group->jobStore_, group->globalRank());
     } catch (const std::exception&) {
       // The store went with its host: the peers will have more to say than this.
     }
   }
 }
 
-std::vector<int> ProcessGroupMojo::failedRanks() {
-  std::vector<int> failed = host_->failedRanks();
-  // The store, not the communicator, says who is ending: where a node's
-  // first rank has left, the communicator no longer hears of that node.
-  // Without a store to ask, the ranks that ended without leaving are what is known.
-  try {
-    const std::set<uint64_t> exiting =
-        storeGone() ? std::set<uint64_t>{} : exitingRanks(*jobStore_);
-    for (int rank = 0; rank < size_; ++rank)
-      if (rank != rank_ && exiting.count(globalRanks_[rank])) failed.push_back(rank);
-  } catch (const std::exception&) {
-  }
-  std::sort(failed.begin(), failed.end());
-  failed.erase(std::unique(failed.begin(), failed.end()), failed.end());
-  return failed;
-}
-
-std::exception_ptr ProcessGroupMojo::classify(std::exception_ptr error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const CclError& failure) {
-    // Invalid usage (a mismatch, a bad argument) is the caller's to handle;
-    // anything else means the ranks are no longer in step: the watchdog's.
-    if (failure.code != ncclInvalidUsage && failure.code != ncclInvalidArgument) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      fatalError_ = failure.what();
-      // The first error is the one getError() tells (an abort after a
-      // timeout makes the calls fail as well).
-      auto none = c10d::ErrorType::SUCCESS;
-      error_.compare_exchange_strong(none, failure.code == ncclRemoteError
-                                               ? c10d::ErrorType::REMOTE_ERROR
-                                               : c10d::ErrorType::COMM_ERROR);
-    }
-    return distBackendError(failure.what());
-  } catch (...) {
-    return error;
-  }
-}
-
-Communicator* ProcessGroupMojo::communicatorFor(const at::Tensor& tensor) const {
-  Communicator* comm = tensor.device().is_cpu() ? host_.get()
-                       : device_ && tensor.device() == device_->device ? device_->comm.get()
-                                                                       : nullptr;
-  TORCH_CHECK_VALUE(comm != nullptr,
-                    "the mojo distributed backend handles mojo and cpu tensors; got a tensor on ",
-                    tensor.device(), " (this process group takes cpu",
-                    device_ ? " and " + device_->device.str() : std::string(),
-                    " tensors: move it to torch.accelerator.current_accelerator() or to the CPU "
-                    "with .cpu())");
-  TORCH_CHECK_VALUE(tensor.layout() == at::kStrided, "the mojo backend takes dense tensors; got a ",
-                    tensor.layout(), " tensor");
-  ncclDatatypeOf(tensor);
-  return comm;
-}
-
-const at::Tensor& ProcessGroupMojo::onlyTensor(const std::vector<at::Tensor>& tensors,
-                                               const char* call) const {
-  TORCH_CHECK_VALUE(tensors.size() == 1, call, " with the mojo backend takes one tensor per call, got ",
-                    tensors.size());
-  checkTensor(tensors[0]);
-  return tensors[0];
-}
-
-void ProcessGroupMojo::checkLike(const at::Tensor& tensor, const at::Tensor& reference,
-                                 const char* what) const {
-  checkTensor(tensor);
-  TORCH_CHECK_VALUE(tensor.device() == reference.device(), what, " is on ", tensor.device(),
-                    " but the input is on ", reference.device(),
-                    "; the tensors of one call must all be on one device");
-  TORCH_CHECK_TYPE(tensor.scalar_type() == reference.scalar_type(), what, " has dtype ",
-                   dtypeName(tensor), " but the input has ", dtypeName(reference));
-}
-
-void ProcessGroupMojo::checkSameSize(const at::Tensor& tensor, const at::Tensor& reference,
-                                     const char* what) const {
-  checkLike(tensor, reference, what);
-  TORCH_CHECK_VALUE(tensor.numel() == reference.numel(), what, " has ", tensor.numel(),
-                    " elements where ", reference.numel(), " are expected; the mojo backend ",
-                    "moves equal-sized tensors");
-}
-
-void ProcessGroupMojo::createCommunicator(Communicator& comm, c10d::Store& store,
-                                          const std::string& key) {
-  // As ProcessGroupNCCL does: rank 0 makes the unique id, the store carries
-  // it to the others. The store is already prefixed for this group. Each
-  // rank checks in first, so that a creation that fails can say who never
-  // came.
-  store.set(key + "/checked_in/" + std::to_string(rank_), std::vector<uint8_t>{1});
-  try {
-    ncclUniqueId id{};
-    if (rank_ == 0) {
-      id = comm.newUniqueId();
-      store.set(key, std::vector<uint8_t>(id.internal, id.internal + sizeof(id.internal)));
-    } else {
-      awaitUniqueId(store, key);
-      std::vector<uint8_t> bytes = store.get(key);
-      TORCH_CHECK(bytes.size() == sizeof(id.internal), "the unique id in the store has ",
-                  bytes.size(), " bytes, expected ", sizeof(id.internal),
-                  " (do all ranks run the same torch-mojo?)");
-      std::memcpy(id.internal, bytes.data(), bytes.size());
-    }
-    comm.init(id, size_, rank_);
-  } catch (const CclError& error) {
-    C10_THROW_ERROR(DistBackendError, neverCheckedIn(store, key) + error.what());
-  } catch (const c10::DistBackendError& error) {
-    C10_THROW_ERROR(DistBackendError, neverCheckedIn(store, key) + error.what_without_backtrace());
-  }
-}
-
-std::string ProcessGroupMojo::neverCheckedIn(c10d::Store& store, const std::string& key) {
-  std::string missing;
-  try {
-    auto& job = jobStore_;
-    for (int rank = 0; rank < size_; ++rank) {
-      if (store.check({key + "/checked_in/" + std::to_string(rank)})) continue;
-      const uint64_t global = globalRanks_[rank];
-      std::string where = "never seen";
-      if (job->check({whereaboutsKey(global)})) {
-        std::vector<uint8_t> text = job->get(whereaboutsKey(global));
-        where = std::string(text.begin(), text.end());
-      }
-      missing += c10::str(missing.empty() ? "" : ", ", rank, " (global rank ", global, ", ", where, ")");
-    }
-  } catch (const std::exception&) {
-    return "";  // the store is gone too (its host failed): the error alone says what happened
-  }
-  if (missing.empty()) return "";
-  return c10::str("[rank ", globalRank(), "] the group of ", size_, " ranks was not created; ",
-                  "rank(s) that never checked in: ", missing, ". ");
-}
 
 std::shared_ptr<c10::Allocator> ProcessGroupMojo::getMemAllocator() {
   return sharedPoolAllocator();
@@ -353,129 +150,6 @@ c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupMojo::getBackendOptions()
   return c10::make_intrusive<Options>("mojo", timeout_.load());
 }
 
-GroupHealth ProcessGroupMojo::health() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  // A device job in flight was issued before the one running on the host.
-  const bool running = running_ || !inFlight_.empty();
-  GroupHealth health{running,  running || !queue_.empty(), {}, {history_.begin(), history_.end()},
-                     failure_, failed_,                    timeout_.load()};
-  if (!inFlight_.empty()) {
-    health.current = traceOf(inFlight_.front());
-  } else if (running_) {
-    const JobTrace* recorded = traceOf(runningSequence_);
-    health.current = recorded != nullptr ? *recorded : runningTrace_;
-  } else if (!queue_.empty()) {
-    health.current = traceOf(queue_.front());
-  }
-  return health;
-}
-
-bool ProcessGroupMojo::reported(uint64_t sequence) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return sequence <= reportedUpTo_;
-}
-
-void ProcessGroupMojo::markReported(uint64_t sequence) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  reportedUpTo_ = std::max(reportedUpTo_, sequence);
-  failure_.clear();
-}
-
-const char* ProcessGroupMojo::raisesInCaller() const {
-  if (WatchdogSettings::get().mode == WatchdogSettings::Mode::Raise)
-    return "TORCH_MOJO_BACKEND_PG_WATCHDOG=raise";
-  return raisingOwner_.load();
-}
-
-void ProcessGroupMojo::onFailure(std::function<void()> hook) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  failureHook_ = std::move(hook);
-}
-
-void ProcessGroupMojo::runFailureHook() {
-  std::function<void()> hook;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    hook = failureHook_;
-  }
-  if (hook) hook();
-}
-
-void ProcessGroupMojo::releaseFailedJob(uint64_t sequence) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    releasedUpTo_ = std::max(releasedUpTo_, sequence);
-  }
-  failureReported_.notify_all();
-}
-
-bool ProcessGroupMojo::coordinationDue(std::chrono::milliseconds period) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto now = Clock::now();
-  if (now - lastCoordination_ < period) return false;
-  lastCoordination_ = now;
-  return true;
-}
-
-bool ProcessGroupMojo::newRequest(uint64_t epoch) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (epoch <= epochSeen_) return false;
-  epochSeen_ = epoch;
-  return true;
-}
-
-void ProcessGroupMojo::recordGroupRanks() {
-  std::call_once(ranksRecorded_, [this] {
-    flight_recorder::recordGroupRanks({getGroupUid(), getGroupDesc()}, globalRanks_);
-  });
-}
-
-void ProcessGroupMojo::abortCommunicator(const std::string& reason) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!host_->initialised() || aborted_) return;
-    aborted_ = true;
-    abortReason_ = c10::str("[rank ", globalRank(), "] ", reason);
-  }
-  host_->abort();
-  if (device_) device_->comm->abort();
-}
-
-void ProcessGroupMojo::stopThreads() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
-  workAvailable_.notify_all();
-  if (worker_.joinable()) worker_.join();
-}
-
-void ProcessGroupMojo::abort() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!host_->initialised()) return;
-    if (!aborted_) abortReason_ = c10::str("[rank ", rank_, "] the process group was aborted");
-    aborted_ = true;
-  }
-  host_->abort();
-  if (device_) device_->comm->abort();
-  stopThreads();
-  if (watched_) Watchdog::get().remove(this);
-  closeCommunicators();
-}
-
-void ProcessGroupMojo::shutdown() {
-  if (!host_ || !host_->initialised()) return;
-  stopThreads();  // lets queued collectives (and those on the device) finish first
-  if (watched_) Watchdog::get().remove(this);
-  closeCommunicators();
-}
-
-void ProcessGroupMojo::closeCommunicators() {
-  // An aborted communicator is only forgotten (Communicator::destroy).
-  host_->destroy();
-  if (device_) device_->comm->destroy();
-}
 
 c10::intrusive_ptr<c10d::Backend> ProcessGroupMojo::split(
     const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,

@@ -19,8 +19,11 @@
 #include "backend/environment.h"
 #include "backend/flight_recorder.hpp"
 #include "backend/process_group_mojo.hpp"
+#include "backend/watchdog_report.h"
 
 namespace torch_mojo {
+
+using namespace watchdog_report;
 
 namespace {
 
@@ -69,119 +72,6 @@ milliseconds millisecondsFrom(const char* name, milliseconds fallback) {
   return text.empty() ? fallback : milliseconds(std::atoll(text.c_str()));
 }
 
-double secondsSince(Clock::time_point then) {
-  return std::chrono::duration<double>(Clock::now() - then).count();
-}
-
-std::string seconds(double value) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.1f s", value);
-  return text;
-}
-
-// What a rank says about itself in a desync report: "state\tsequence\twhat\tage".
-struct Whereabouts {
-  std::string state;  // "running", or how its last collective ended: "completed", "failed"
-  uint64_t sequence = 0;
-  std::string what;
-  double age = 0;
-
-  static Whereabouts of(ProcessGroupMojo& group) {
-    auto health = group.health();
-    if (health.running) return {"running", health.current.sequence, health.current.what,
-                                secondsSince(health.current.issued)};
-    if (health.recent.empty()) return {"completed", 0, "", 0};
-    const auto& last = health.recent.back();
-    bool failed = last.state == JobTrace::State::Failed;
-    return {failed ? "failed" : "completed", last.sequence, last.what, 0};
-  }
-  std::string encode() const {
-    return state + "\t" + std::to_string(sequence) + "\t" + what + "\t" + std::to_string(age);
-  }
-  static Whereabouts decode(const std::vector<uint8_t>& bytes) {
-    std::vector<std::string> fields;
-    std::stringstream stream(std::string(bytes.begin(), bytes.end()));
-    for (std::string field; std::getline(stream, field, '\t');) fields.push_back(field);
-    if (fields.size() < 4) return {};
-    return {fields[0], std::stoull(fields[1]), fields[2], std::stod(fields[3])};
-  }
-  std::string describe() const {
-    if (state == "running") return "#" + std::to_string(sequence) + " " + what + ", for " + seconds(age);
-    if (sequence == 0) return "it has issued none";
-    return "its last, #" + std::to_string(sequence) + " " + what + ", " + state;
-  }
-};
-
-std::string statusKey(uint64_t epoch, int rank) {
-  return "mojo_watchdog/" + std::to_string(epoch) + "/where/" + std::to_string(rank);
-}
-std::string dumpedKey(uint64_t epoch, int rank) {
-  return "mojo_watchdog/" + std::to_string(epoch) + "/dumped/" + std::to_string(rank);
-}
-const char* const kEpochKey = "mojo_watchdog/epoch";
-
-void say(int globalRank, const std::string& line) {
-  std::fprintf(stderr, "[rank %d] %s\n", globalRank, line.c_str());
-}
-
-// "rank 3" or "ranks 0, 2"
-std::string ranks(const std::vector<int>& which) {
-  std::string text;
-  for (int rank : which) text += (text.empty() ? "" : ", ") + std::to_string(rank);
-  return (which.size() == 1 ? "rank " : "ranks ") + text;
-}
-
-std::string reportedWhat(const GroupHealth& health, uint64_t sequence) {
-  for (const auto& trace : health.recent)
-    if (trace.sequence == sequence) return trace.what;
-  return health.failed.what;
-}
-
-std::string timeoutHeadline(const GroupHealth& health, double age, double timeout) {
-  return "Watchdog caught collective operation timeout: collective #" +
-         std::to_string(health.current.sequence) + " (" + health.current.what + ") on " +
-         health.current.device + " has not completed " + seconds(age) +
-         " after it was issued (timeout " + seconds(timeout) +
-         ", the timeout= of init_process_group).";
-}
-
-// The headline, then the last collectives issued, `sequence` marked with
-// `outcome`; returns the group's health as it was printed.
-GroupHealth reportCollectives(ProcessGroupMojo& group, const std::string& headline,
-                              uint64_t sequence, const std::string& outcome) {
-  const int me = group.globalRank();
-  auto health = group.health();
-  say(me, headline);
-  // The group's device; collectives of its other device say where they ran.
-  std::string device = "cpu";
-  for (const auto& trace : health.recent)
-    if (trace.sequence == sequence) device = trace.device;
-  say(me, "  last collectives issued on " + device + ", oldest first:");
-  for (const auto& trace : health.recent) {
-    std::string state = trace.state == JobTrace::State::Completed ? "completed"
-                        : trace.state == JobTrace::State::Failed  ? "failed"
-                        : trace.state == JobTrace::State::Queued  ? "queued"
-                                                                  : "pending for " + seconds(secondsSince(trace.issued));
-    say(me, "    #" + std::to_string(trace.sequence) + " " + trace.what +
-                (trace.device != device ? " on " + trace.device : "") + "  " + state +
-                (trace.sequence == sequence ? "  <-- " + outcome : ""));
-  }
-  std::fflush(stderr);
-  return health;
-}
-
-// This rank's answer to a request: where it is, then its dump.
-void answer(ProcessGroupMojo& group, uint64_t epoch) {
-  const auto& settings = WatchdogSettings::get();
-  c10d::Store& store = group.store();
-  std::string where = Whereabouts::of(group).encode();
-  store.set(statusKey(epoch, group.getRank()), std::vector<uint8_t>(where.begin(), where.end()));
-  if (settings.dumpOnTimeout && flight_recorder::enabled()) {
-    group.recordGroupRanks();
-    flight_recorder::writeDump(group.globalRank(), settings.onlyActive);
-    store.set(dumpedKey(epoch, group.getRank()), std::vector<uint8_t>{'1'});
-  }
-}
 
 }  // namespace
 

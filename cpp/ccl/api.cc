@@ -9,13 +9,13 @@
 #include <thread>
 #include <vector>
 
-#include "bootstrap.h"
+#include "base/bootstrap.h"
+#include "base/datatypes.h"
+#include "base/error.h"
+#include "base/settings.h"
 #include "comm.h"
-#include "datatypes.h"
 #include "device/staging.h"
-#include "error.h"
 #include "mojoccl/nccl.h"
-#include "settings.h"
 #include "transports/fabric.h"
 #include "transports/shared_regions.h"
 
@@ -212,6 +212,13 @@ MOJOCCL_API const char* mojocclSettings(void) {
   return lines.c_str();
 }
 
+MOJOCCL_API ncclResult_t mojocclSettingInt(const char* name, int64_t* value) {
+  return guarded([&] {
+    if (name == nullptr || value == nullptr) mojoccl::fail(ncclInvalidArgument, "mojocclSettingInt: no name or value");
+    *value = mojoccl::settingInt(name);
+  });
+}
+
 // libmojoccl's own: which provider and domain a communicator spanning nodes
 // would open on this rank, the `localRank`th of its node, as text
 // ("tcp;ofi_rxm on lo (libfabric 1.17, ...)"); when it could not,
@@ -227,6 +234,15 @@ MOJOCCL_API ncclResult_t mojocclDescribeFabric(int localRank, char* text, size_t
     if (!choice.failure.empty()) mojoccl::fail(ncclInvalidUsage, choice.failure);
     snprintf(text, size, "%s", description.c_str());
   });
+}
+
+MOJOCCL_API const char* mojocclFabricAutoProviders(void) {
+  static const std::string providers = [] {
+    std::string text;
+    for (const std::string& name : mojoccl::autoProviders()) text += (text.empty() ? "" : ",") + name;
+    return text;
+  }();
+  return providers.c_str();
 }
 
 MOJOCCL_API ncclResult_t mojocclPredictAllReduce(int nodes, size_t bytes, const char* algorithm, char* chosen,

@@ -5,10 +5,10 @@
 #include <cstring>
 #include <unistd.h>
 
-#include "bootstrap.h"
-#include "datatypes.h"
-#include "error.h"
-#include "settings.h"
+#include "base/bootstrap.h"
+#include "base/datatypes.h"
+#include "base/error.h"
+#include "base/settings.h"
 #include "transports/libfabric.h"
 #include "transports/peer_watch.h"
 

@@ -1,6 +1,6 @@
 // A communicator: the ranks that run collectives together. It sets up the
 // transports, checks each call, and hands it to the node's collectives
-// (hierarchy/node.h) or, when it spans nodes, to the hierarchy
+// (node/node.h) or, when it spans nodes, to the hierarchy
 // (hierarchy/hierarchy.h), which composes a node part and a network part.
 #pragma once
 
@@ -9,18 +9,17 @@
 #include <memory>
 #include <mutex>
 #include <string>
-
 #include <vector>
 
 #include "algorithms/call.h"
 #include "algorithms/p2p.h"
-#include "bootstrap.h"
-#include "device/device_peers.h"
+#include "base/bootstrap.h"
 #include "hierarchy/hierarchy.h"
-#include "hierarchy/node.h"
-#include "hierarchy/rank_order.h"
-#include "hierarchy/topology.h"
 #include "mojoccl/nccl.h"
+#include "node/device_peers.h"
+#include "node/node.h"
+#include "node/topology.h"
+#include "rank_order.h"
 #include "transports/fabric.h"
 #include "transports/leader_sockets.h"
 #include "transports/peer_watch.h"
@@ -48,7 +47,7 @@ class Comm {
 
   // `call` (its sequence set here) on device memory, on the GPUs of one
   // node, when MOJOCCL_DEVICE_PEERS=1 and every rank can
-  // (device/device_peers.h); false when the caller should stage the call
+  // (node/device_peers.h); false when the caller should stage the call
   // through host memory instead.
   bool collectiveOnDevice(Call call, ncclStream_t stream);
 

@@ -4,7 +4,7 @@
 checked by the tests), ``register_mojo_devices()`` validates the
 environment against it, and ``torch-mojo info`` prints it with the values
 in effect. libmojoccl states the names it reads, with their defaults and
-what they accept, in its own table (cpp/ccl/settings.cc, listed by
+what they accept, in its own table (cpp/ccl/base/settings.cc, listed by
 mojocclSettings()); the tests check that every name the code reads is in
 this table and that the two tables agree.
 """

@@ -54,16 +54,13 @@ def libfabric_details(path: str) -> dict:
 HARDWARE_PROVIDERS = ("cxi", "verbs", "efa", "psm2", "psm3", "opx", "usnic")
 SOCKET_PROVIDERS = ("tcp", "sockets", "udp", "net")
 
-# libmojoccl's order for MOJOCCL_FABRIC_PROVIDER=auto (fabric_choice.cc):
-# the fabric NICs' providers, then sockets.
-AUTO_PROVIDERS = ("cxi", "verbs", "efa", "tcp")
-
 
 def fabric_provider_choice(providers: list[str]) -> dict:
     """The provider a communicator spanning nodes would open, among the
     `providers` libfabric offers here ("tcp" is offered as "tcp;ofi_rxm"),
     and whether it is offered."""
     from torch_mojo.env import BY_NAME
+    from torch_mojo.mojoccl import Library
 
     chosen = os.environ.get("MOJOCCL_FABRIC_PROVIDER") or None
     setting = chosen or BY_NAME["MOJOCCL_FABRIC_PROVIDER"].default
@@ -72,7 +69,8 @@ def fabric_provider_choice(providers: list[str]) -> dict:
         return any(name == provider or name.startswith(provider + ";") for name in providers)
 
     if setting == "auto":
-        provider = next((name for name in AUTO_PROVIDERS if offered(name)), AUTO_PROVIDERS[-1])
+        order = Library().fabric_auto_providers()  # libmojoccl's order: fabric NICs', then sockets
+        provider = next((name for name in order if offered(name)), order[-1])
         source = "MOJOCCL_FABRIC_PROVIDER=auto" if chosen else "auto, the default"
     else:
         provider, source = setting, "MOJOCCL_FABRIC_PROVIDER" if chosen else "the default"

@@ -74,6 +74,9 @@ class Library:
         lib.mojocclCommRejected.argtypes = [comm, ctypes.POINTER(ctypes.c_uint64)]
         lib.mojocclSettings.restype = ctypes.c_char_p
         lib.mojocclSettings.argtypes = []
+        lib.mojocclDescribeFabric.argtypes = [code, ctypes.c_char_p, size]
+        lib.mojocclFabricAutoProviders.restype = ctypes.c_char_p
+        lib.mojocclFabricAutoProviders.argtypes = []
 
     def check(self, code):
         if code != SUCCESS:
@@ -84,6 +87,18 @@ class Library:
         (kind, default, what it accepts)."""
         lines = self.lib.mojocclSettings().decode().splitlines()
         return {name: (kind, default, accepts) for name, kind, default, accepts in (line.split("\t") for line in lines)}
+
+    def fabric_auto_providers(self) -> tuple[str, ...]:
+        """The providers MOJOCCL_FABRIC_PROVIDER=auto tries, in order."""
+        return tuple(self.lib.mojocclFabricAutoProviders().decode().split(","))
+
+    def describe_fabric(self, local_rank: int) -> str:
+        """What a communicator spanning nodes would open on the node's
+        `local_rank`th rank ("tcp;ofi_rxm on lo (libfabric 1.17, ...)");
+        CclError says why it could not."""
+        text = ctypes.create_string_buffer(1024)
+        self.check(self.lib.mojocclDescribeFabric(local_rank, text, len(text)))
+        return text.value.decode()
 
     def version(self):
         value = ctypes.c_int()

@@ -1,6 +1,6 @@
-#include "call.h"
+#include "algorithms/call.h"
 
-#include "../datatypes.h"
+#include "base/datatypes.h"
 
 namespace mojoccl {
 

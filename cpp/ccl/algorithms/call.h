@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <string>
 
-#include "../transports/shared_regions.h"
 #include "mojoccl/nccl.h"
+#include "transports/shared_regions.h"
 
 namespace mojoccl {
 

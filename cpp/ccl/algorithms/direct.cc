@@ -1,13 +1,13 @@
-#include "direct.h"
+#include "algorithms/direct.h"
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
-#include "../datatypes.h"
-#include "../reduce.h"
-#include "layout.h"
-#include "step.h"
+#include "algorithms/layout.h"
+#include "algorithms/step.h"
+#include "base/datatypes.h"
+#include "base/reduce.h"
 
 namespace mojoccl {
 

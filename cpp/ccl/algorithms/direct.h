@@ -6,8 +6,8 @@
 
 #include <cstdint>
 
-#include "../transports/shm.h"
-#include "call.h"
+#include "algorithms/call.h"
+#include "transports/shm.h"
 
 namespace mojoccl {
 

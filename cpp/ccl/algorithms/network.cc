@@ -3,18 +3,18 @@
 // ring), network_halving.cc (recursive doubling and halving, Rabenseifner),
 // network_tree.cc (two binary trees), network_broadcast.cc (a tree or a
 // chain), network_frames.cc (the leaders' frames).
-#include "network.h"
+#include "algorithms/network.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
-#include "../datatypes.h"
-#include "../error.h"
-#include "../reduce.h"
-#include "layout.h"
-#include "network_segments.h"
+#include "algorithms/layout.h"
+#include "algorithms/network_segments.h"
+#include "base/datatypes.h"
+#include "base/error.h"
+#include "base/reduce.h"
 
 namespace mojoccl {
 

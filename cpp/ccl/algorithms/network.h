@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "../transports/fabric.h"
-#include "../transports/leader_sockets.h"
-#include "layout.h"
-#include "network_choice.h"
+#include "algorithms/layout.h"
+#include "algorithms/network_choice.h"
 #include "mojoccl/nccl.h"
+#include "transports/fabric.h"
+#include "transports/leader_sockets.h"
 
 namespace mojoccl {
 

@@ -1,17 +1,17 @@
 // The broadcast between nodes: down a binomial tree or along a chain,
 // each segment passed on as it lands.
-#include "network.h"
+#include "algorithms/network.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
-#include "../datatypes.h"
-#include "../error.h"
-#include "../reduce.h"
-#include "layout.h"
-#include "network_segments.h"
+#include "algorithms/layout.h"
+#include "algorithms/network_segments.h"
+#include "base/datatypes.h"
+#include "base/error.h"
+#include "base/reduce.h"
 
 namespace mojoccl {
 

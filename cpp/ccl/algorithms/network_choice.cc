@@ -1,10 +1,10 @@
-#include "network_choice.h"
+#include "algorithms/network_choice.h"
 
 #include <algorithm>
 
-#include "../settings.h"
-#include "../error.h"
-#include "network.h"
+#include "algorithms/network.h"
+#include "base/error.h"
+#include "base/settings.h"
 
 namespace mojoccl {
 

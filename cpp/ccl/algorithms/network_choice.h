@@ -24,7 +24,7 @@
 // steps, the bytes sent once by each member) or down a binomial tree
 // (log2(n) steps, the root sending the bytes log2(n) times): recursive
 // doubling's and Rabenseifner's broadcast is that tree.
-// Its constants were measured on the tcp provider (docs/performance.md,
+// Its constants were measured on the tcp provider (benchmarks/investigations.md,
 // "Choosing the algorithm between nodes").
 #pragma once
 

@@ -2,18 +2,18 @@
 // to every other leader directly, or by Bruck's all-gather; on the
 // leaders' sockets where the group has them, else on the fabric in pieces
 // the provider sends at once.
-#include "network.h"
+#include "algorithms/network.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
-#include "../datatypes.h"
-#include "../error.h"
-#include "../reduce.h"
-#include "layout.h"
-#include "network_segments.h"
+#include "algorithms/layout.h"
+#include "algorithms/network_segments.h"
+#include "base/datatypes.h"
+#include "base/error.h"
+#include "base/reduce.h"
 
 namespace mojoccl {
 

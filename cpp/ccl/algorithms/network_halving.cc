@@ -2,18 +2,18 @@
 // Rabenseifner's (a reduce-scatter by recursive halving, then an all-gather
 // by recursive doubling), and the reduce-scatter by recursive halving; a
 // member past the largest power of two folded in first.
-#include "network.h"
+#include "algorithms/network.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
-#include "../datatypes.h"
-#include "../error.h"
-#include "../reduce.h"
-#include "layout.h"
-#include "network_segments.h"
+#include "algorithms/layout.h"
+#include "algorithms/network_segments.h"
+#include "base/datatypes.h"
+#include "base/error.h"
+#include "base/reduce.h"
 
 namespace mojoccl {
 

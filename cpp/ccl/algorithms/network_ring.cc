@@ -1,18 +1,18 @@
 // Round the ring: the reduce-scatter (each member folding the slice from
 // behind into its own and passing it on), the all-reduce built on it, and
 // the all-gather.
-#include "network.h"
+#include "algorithms/network.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
-#include "../datatypes.h"
-#include "../error.h"
-#include "../reduce.h"
-#include "layout.h"
-#include "network_segments.h"
+#include "algorithms/layout.h"
+#include "algorithms/network_segments.h"
+#include "base/datatypes.h"
+#include "base/error.h"
+#include "base/reduce.h"
 
 namespace mojoccl {
 

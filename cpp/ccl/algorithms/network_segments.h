@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "network.h"
+#include "algorithms/network.h"
 
 namespace mojoccl {
 

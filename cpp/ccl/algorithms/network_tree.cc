@@ -9,10 +9,10 @@
 #include <algorithm>
 #include <vector>
 
-#include "../datatypes.h"
-#include "../reduce.h"
-#include "layout.h"
-#include "network.h"
+#include "algorithms/layout.h"
+#include "algorithms/network.h"
+#include "base/datatypes.h"
+#include "base/reduce.h"
 
 namespace mojoccl {
 

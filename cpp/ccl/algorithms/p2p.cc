@@ -1,4 +1,4 @@
-#include "p2p.h"
+#include "algorithms/p2p.h"
 
 #include <immintrin.h>
 
@@ -10,9 +10,9 @@
 #include <utility>
 #include <vector>
 
-#include "../datatypes.h"
-#include "../error.h"
-#include "../transports/fabric.h"
+#include "base/datatypes.h"
+#include "base/error.h"
+#include "transports/fabric.h"
 
 namespace mojoccl {
 namespace {

@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "../transports/fabric.h"
-#include "../transports/shm.h"
 #include "mojoccl/nccl.h"
+#include "transports/fabric.h"
+#include "transports/shm.h"
 
 namespace mojoccl {
 

@@ -1,9 +1,9 @@
-#include "step.h"
+#include "algorithms/step.h"
 
 #include <cstring>
 #include <string>
 
-#include "../error.h"
+#include "base/error.h"
 
 namespace mojoccl {
 

@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <string>
 
-#include "../transports/shm.h"
-#include "call.h"
+#include "algorithms/call.h"
+#include "transports/shm.h"
 
 namespace mojoccl {
 

@@ -1,12 +1,12 @@
-#include "zero_copy.h"
+#include "algorithms/zero_copy.h"
 
 #include <cstring>
 #include <vector>
 
-#include "../datatypes.h"
-#include "../reduce.h"
-#include "layout.h"
-#include "step.h"
+#include "algorithms/layout.h"
+#include "algorithms/step.h"
+#include "base/datatypes.h"
+#include "base/reduce.h"
 
 namespace mojoccl {
 namespace {

@@ -1,4 +1,4 @@
-#include "gpu_reduce.h"
+#include "device/gpu_reduce.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -11,8 +11,8 @@
 #include <sstream>
 #include <vector>
 
-#include "runtime.h"
-#include "../error.h"
+#include "base/error.h"
+#include "device/runtime.h"
 
 namespace mojoccl {
 

@@ -1,8 +1,8 @@
-#include "runtime.h"
+#include "device/runtime.h"
 
 #include <dlfcn.h>
 
-#include "../error.h"
+#include "base/error.h"
 
 namespace mojoccl {
 

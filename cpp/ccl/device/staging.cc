@@ -1,6 +1,6 @@
-#include "staging.h"
+#include "device/staging.h"
 
-#include "runtime.h"
+#include "device/runtime.h"
 
 namespace mojoccl {
 

@@ -2,10 +2,10 @@
 #include <cstring>
 #include <memory>
 
-#include "all_to_all.h"
+#include "hierarchy/all_to_all.h"
 
-#include "../datatypes.h"
-#include "../error.h"
+#include "base/datatypes.h"
+#include "base/error.h"
 
 namespace mojoccl {
 

@@ -15,13 +15,13 @@
 #include <string>
 #include <vector>
 
-#include "../algorithms/call.h"
-#include "../algorithms/p2p.h"
-#include "../algorithms/step.h"
-#include "between_nodes.h"
-#include "leader_frames.h"
-#include "node.h"
-#include "topology.h"
+#include "algorithms/call.h"
+#include "algorithms/p2p.h"
+#include "algorithms/step.h"
+#include "hierarchy/between_nodes.h"
+#include "hierarchy/leader_frames.h"
+#include "node/node.h"
+#include "node/topology.h"
 
 namespace mojoccl {
 

@@ -5,12 +5,12 @@
 #include <string>
 #include <vector>
 
-#include "../algorithms/call.h"
-#include "../algorithms/network.h"
-#include "../algorithms/network_choice.h"
-#include "../transports/fabric.h"
-#include "../transports/leader_sockets.h"
-#include "topology.h"
+#include "algorithms/call.h"
+#include "algorithms/network.h"
+#include "algorithms/network_choice.h"
+#include "node/topology.h"
+#include "transports/fabric.h"
+#include "transports/leader_sockets.h"
 
 namespace mojoccl {
 
@@ -26,7 +26,7 @@ struct BetweenNodes {
   // directly, every leader with every other in one step: the frames and a
   // larger all-gather's blocks. Past it the frames go by Bruck's
   // all-gather, in ceil(log2 n) steps of one message, and the blocks round
-  // the ring, each leader with two peers (docs/performance.md, "The
+  // the ring, each leader with two peers (benchmarks/investigations.md, "The
   // leaders' frames at many nodes").
   int directNodes;
   // Every node has the same number of ranks, more than one, and

@@ -1,7 +1,7 @@
-#include "hierarchy.h"
+#include "hierarchy/hierarchy.h"
 
-#include "../datatypes.h"
-#include "../reduce.h"
+#include "base/datatypes.h"
+#include "base/reduce.h"
 
 namespace mojoccl {
 namespace {

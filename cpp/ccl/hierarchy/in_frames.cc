@@ -2,10 +2,10 @@
 // frames: one exchange between nodes carries the agreement and the data.
 #include <cstring>
 
-#include "../datatypes.h"
-#include "../error.h"
-#include "../reduce.h"
-#include "hierarchy.h"
+#include "base/datatypes.h"
+#include "base/error.h"
+#include "base/reduce.h"
+#include "hierarchy/hierarchy.h"
 
 namespace mojoccl {
 namespace {

@@ -1,9 +1,9 @@
-#include "leader_frames.h"
+#include "hierarchy/leader_frames.h"
 
 #include <cstring>
 
-#include "../algorithms/step.h"
-#include "../error.h"
+#include "algorithms/step.h"
+#include "base/error.h"
 
 namespace mojoccl {
 

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "../algorithms/call.h"
-#include "between_nodes.h"
-#include "node.h"
-#include "topology.h"
+#include "algorithms/call.h"
+#include "hierarchy/between_nodes.h"
+#include "node/node.h"
+#include "node/topology.h"
 
 namespace mojoccl {
 

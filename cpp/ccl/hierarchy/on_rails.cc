@@ -4,9 +4,9 @@
 // the first rank of each node would carry them all.
 #include <cstring>
 
-#include "../datatypes.h"
-#include "../reduce.h"
-#include "hierarchy.h"
+#include "base/datatypes.h"
+#include "base/reduce.h"
+#include "hierarchy/hierarchy.h"
 
 namespace mojoccl {
 

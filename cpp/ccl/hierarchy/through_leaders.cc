@@ -4,9 +4,9 @@
 // the result to its node.
 #include <cstring>
 
-#include "../datatypes.h"
-#include "../reduce.h"
-#include "hierarchy.h"
+#include "base/datatypes.h"
+#include "base/reduce.h"
+#include "hierarchy/hierarchy.h"
 
 namespace mojoccl {
 

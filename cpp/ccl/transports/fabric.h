@@ -14,7 +14,7 @@
 //
 // Sealed: receives take messages only from the communicator's ranks'
 // addresses (FI_DIRECTED_RECV, where the provider has it), and every message
-// carries the communicator's key (seal.h) as its remote completion data,
+// carries the communicator's key (base/seal.h) as its remote completion data,
 // checked before the message counts: a message without it (a stranger's
 // endpoint, a process of another job) is turned away, counted, and its
 // receive posted again, so it never reaches a result.
@@ -42,11 +42,11 @@
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
 
-#include "../bootstrap.h"
-#include "../seal.h"
-#include "fabric_choice.h"
-#include "fabric_endpoint.h"
-#include "libfabric.h"
+#include "base/bootstrap.h"
+#include "base/seal.h"
+#include "transports/fabric_choice.h"
+#include "transports/fabric_endpoint.h"
+#include "transports/libfabric.h"
 
 namespace mojoccl {
 

@@ -1,4 +1,4 @@
-#include "fabric_choice.h"
+#include "transports/fabric_choice.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -13,8 +13,8 @@
 
 #include <rdma/fi_domain.h>
 
-#include "../settings.h"
-#include "../socket.h"
+#include "base/settings.h"
+#include "base/socket.h"
 
 namespace mojoccl {
 namespace {
@@ -91,8 +91,6 @@ size_t rxmSetting(const char* name, size_t fallback) {
   return text && *text ? std::strtoull(text, nullptr, 10) : fallback;
 }
 
-// Tried in this order by MOJOCCL_FABRIC_PROVIDER=auto.
-constexpr const char* kAutoProviders[] = {"cxi", "verbs", "efa", "tcp"};
 
 // The fabric NICs the kernel knows, whatever libfabric offers: Slingshot's
 // (cxi0) and RDMA devices (InfiniBand's mlx5_0, EFA's efa_0).
@@ -173,9 +171,7 @@ FabricChoice chooseFabric(const LibFabric& library, int localIndex, bool raiseTc
   std::string provider = setting;
   std::string failure;
   if (setting == "auto") {
-    // The fabric NICs' providers first, in NCCL's spirit: the fastest
-    // network present, sockets last.
-    for (const char* candidate : kAutoProviders) {
+    for (const std::string& candidate : autoProviders()) {
       provider = candidate;
       choice.list = getinfoFor(library, provider, &failure);
       if (choice.list != nullptr) break;
@@ -193,9 +189,7 @@ FabricChoice chooseFabric(const LibFabric& library, int localIndex, bool raiseTc
   }
   if (choice.list == nullptr) {
     choice.failure = "libfabric " + library.versionText() + " (" + library.path + ") has no provider " +
-                     (setting == "auto" ? "of " + joined(std::vector<std::string>(std::begin(kAutoProviders),
-                                                                                  std::end(kAutoProviders)))
-                                        : "'" + provider + "'") +
+                     (setting == "auto" ? "of " + joined(autoProviders()) : "'" + provider + "'") +
                      " offering reliable tagged messages (FI_EP_RDM, FI_TAGGED): " + failure +
                      ". Providers here: " + joined(library.providers()) +
                      ". Set MOJOCCL_FABRIC_PROVIDER to one of them (cxi on Slingshot, verbs on "
@@ -250,6 +244,13 @@ FabricChoice chooseFabric(const LibFabric& library, int localIndex, bool raiseTc
 std::string describeFabric(const FabricChoice& choice, const LibFabric& library) {
   return std::string(choice.info->fabric_attr->prov_name) + " on " + choice.info->domain_attr->name +
          " (libfabric " + library.versionText() + ", " + library.path + ", " + choice.how + ")";
+}
+
+const std::vector<std::string>& autoProviders() {
+  // The fabric NICs' providers first, in NCCL's spirit: the fastest network
+  // present, sockets last.
+  static const std::vector<std::string> providers{"cxi", "verbs", "efa", "tcp"};
+  return providers;
 }
 
 }  // namespace mojoccl

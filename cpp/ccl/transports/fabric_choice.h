@@ -11,7 +11,7 @@
 
 #include <rdma/fabric.h>
 
-#include "libfabric.h"
+#include "transports/libfabric.h"
 
 namespace mojoccl {
 
@@ -61,6 +61,9 @@ bool forcedLocalRegistration();
 // providers that cannot, every message's key checked (tcp, in the tests).
 bool directedReceives();
 int64_t stagingMegabytes();  // MOJOCCL_REGION_MB
+
+// The providers MOJOCCL_FABRIC_PROVIDER=auto tries, in order.
+const std::vector<std::string>& autoProviders();
 
 // "tcp;ofi_rxm on lo (libfabric 1.17, /usr/lib/.../libfabric.so.1,
 // MOJOCCL_FABRIC_PROVIDER=auto)"

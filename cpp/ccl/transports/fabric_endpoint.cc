@@ -1,4 +1,4 @@
-#include "fabric_endpoint.h"
+#include "transports/fabric_endpoint.h"
 
 #include <cstring>
 #include <future>
@@ -14,7 +14,7 @@
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 
-#include "../error.h"
+#include "base/error.h"
 
 namespace mojoccl {
 namespace {

@@ -17,7 +17,7 @@
 
 #include <rdma/fabric.h>
 
-#include "libfabric.h"
+#include "transports/libfabric.h"
 
 namespace mojoccl {
 

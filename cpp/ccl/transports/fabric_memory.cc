@@ -10,11 +10,11 @@
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 
-#include "../error.h"
-#include "../settings.h"
-#include "fabric.h"
-#include "fabric_choice.h"
-#include "shared_regions.h"
+#include "base/error.h"
+#include "base/settings.h"
+#include "transports/fabric.h"
+#include "transports/fabric_choice.h"
+#include "transports/shared_regions.h"
 
 namespace mojoccl {
 

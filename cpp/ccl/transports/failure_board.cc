@@ -12,9 +12,9 @@
 #include <mutex>
 #include <string>
 
-#include "../error.h"
-#include "shm.h"
-#include "shm_layout.h"
+#include "base/error.h"
+#include "transports/shm.h"
+#include "transports/shm_layout.h"
 
 namespace mojoccl {
 

@@ -1,4 +1,4 @@
-#include "leader_sockets.h"
+#include "transports/leader_sockets.h"
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -10,7 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "../error.h"
+#include "base/error.h"
 
 namespace mojoccl {
 namespace {
@@ -79,9 +79,9 @@ void LeaderSockets::exchange(const std::vector<Send>& sends, const std::vector<R
   };
   std::vector<Outgoing> outgoing;
   std::vector<Incoming> incoming;
-  for (const Send& send : sends) outgoing.push_back({send.rank, linkTo(send.rank), send.bytes, send.data});
+  for (const Send& send : sends) outgoing.push_back({send.rank, linkTo(send.rank), send.bytes, send.data, 0, {}});
   for (const Receive& receive : receives)
-    incoming.push_back({receive.rank, linkTo(receive.rank), 0, receive.into, receive.room, receive.received});
+    incoming.push_back({receive.rank, linkTo(receive.rank), 0, receive.into, receive.room, receive.received, 0, {}});
   size_t left = outgoing.size() + incoming.size();
   auto lastProgress = Clock::now(), lastCheck = lastProgress;
   while (left > 0) {

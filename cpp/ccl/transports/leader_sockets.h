@@ -1,7 +1,7 @@
 // Each call's frames between the nodes' leaders on TCP connections of their
 // own: where the fabric is libfabric's tcp provider, a frame crosses as one
 // sendmsg() (its length, then its bytes), in about half of ofi_rxm's round trip (an 8-byte
-// all-reduce between 2 nodes: docs/performance.md). The frames are the
+// all-reduce between 2 nodes: benchmarks/investigations.md). The frames are the
 // agreement on every call between nodes and the data of the small
 // collectives (algorithms/network.h); all else stays on the fabric.
 //
@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "../bootstrap.h"
-#include "../socket.h"
-#include "fabric.h"
+#include "base/bootstrap.h"
+#include "base/socket.h"
+#include "transports/fabric.h"
 
 namespace mojoccl {
 

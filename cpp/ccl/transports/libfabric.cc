@@ -1,4 +1,4 @@
-#include "libfabric.h"
+#include "transports/libfabric.h"
 
 #include <dlfcn.h>
 #include <glob.h>
@@ -8,8 +8,8 @@
 #include <memory>
 #include <mutex>
 
-#include "../settings.h"
-#include "../error.h"
+#include "base/error.h"
+#include "base/settings.h"
 
 namespace mojoccl {
 namespace {

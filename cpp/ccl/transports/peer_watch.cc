@@ -1,4 +1,4 @@
-#include "peer_watch.h"
+#include "transports/peer_watch.h"
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -10,7 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "../error.h"
+#include "base/error.h"
 
 namespace mojoccl {
 namespace {
@@ -26,7 +26,7 @@ struct Frame {
 constexpr uint32_t kMaxText = 1024;
 
 // What a leader sends first on each connection to a later node's leader:
-// proof that it belongs to this communicator (seal.h), its rank, and what
+// proof that it belongs to this communicator (base/seal.h), its rank, and what
 // the connection is for.
 struct Handshake {
   uint64_t magic;

@@ -24,7 +24,7 @@
 // node's other ranks are no longer watched.
 //
 // A leader's connection begins with proof that it belongs to the
-// communicator (seal.h); any other connection to a leader's port is closed
+// communicator (base/seal.h); any other connection to a leader's port is closed
 // and counted while accepting goes on.
 #pragma once
 
@@ -33,10 +33,10 @@
 #include <thread>
 #include <vector>
 
-#include "../bootstrap.h"
-#include "../seal.h"
-#include "../socket.h"
-#include "shm.h"
+#include "base/bootstrap.h"
+#include "base/seal.h"
+#include "base/socket.h"
+#include "transports/shm.h"
 
 namespace mojoccl {
 

@@ -1,4 +1,4 @@
-#include "shared_regions.h"
+#include "transports/shared_regions.h"
 
 #include <fcntl.h>
 #include <string.h>
@@ -10,7 +10,7 @@
 #include <mutex>
 #include <string>
 
-#include "../error.h"
+#include "base/error.h"
 
 namespace mojoccl {
 namespace {

@@ -1,4 +1,4 @@
-#include "shm.h"
+#include "transports/shm.h"
 
 #include <errno.h>
 #include <immintrin.h>
@@ -17,10 +17,10 @@
 
 #include <algorithm>
 
-#include "../bootstrap.h"
-#include "../error.h"
-#include "futex.h"
-#include "shm_layout.h"
+#include "base/bootstrap.h"
+#include "base/error.h"
+#include "transports/futex.h"
+#include "transports/shm_layout.h"
 
 namespace mojoccl {
 

@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "shm_segment.h"
+#include "transports/shm_segment.h"
 
 namespace mojoccl {
 

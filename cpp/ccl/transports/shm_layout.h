@@ -8,8 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "futex.h"
-#include "shm.h"
+#include "transports/futex.h"
+#include "transports/shm.h"
 
 namespace mojoccl {
 

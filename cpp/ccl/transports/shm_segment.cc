@@ -1,4 +1,4 @@
-#include "shm_segment.h"
+#include "transports/shm_segment.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -7,7 +7,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include "../error.h"
+#include "base/error.h"
 
 namespace mojoccl {
 

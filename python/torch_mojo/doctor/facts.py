@@ -6,7 +6,6 @@ other ranks or initialises a process group."""
 
 from __future__ import annotations
 
-import ctypes
 import os
 import socket
 
@@ -18,7 +17,7 @@ from torch_mojo.fabric_info import HARDWARE_PROVIDERS
 
 
 def node_identity() -> str:
-    """The node as libmojoccl groups ranks into nodes (bootstrap.cc):
+    """The node as libmojoccl groups ranks into nodes (cpp/ccl/base/bootstrap.cc):
     MOJOCCL_HOSTID, else the host name and the kernel's boot id."""
     configured = os.environ.get("MOJOCCL_HOSTID")
     if configured:
@@ -76,18 +75,16 @@ def describe_fabric(local_rank: int) -> tuple[str | None, str | None]:
     """(what libmojoccl would open between nodes for the node's
     `local_rank`th rank, or why it cannot): asked of libmojoccl itself,
     which chooses the provider and domain."""
-    from torch_mojo.mojoccl import Library
+    from torch_mojo.mojoccl import CclError, Library
 
     try:
         library = Library()
-        library.lib.mojocclDescribeFabric.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
     except (OSError, AttributeError) as error:
         return None, f"this libmojoccl cannot say (reinstall torch-mojo): {error}"
-    text = ctypes.create_string_buffer(1024)
-    code = library.lib.mojocclDescribeFabric(local_rank, text, ctypes.c_size_t(len(text)))
-    if code != 0:
-        return None, library.lib.ncclGetLastError(None).decode()
-    return text.value.decode(), None
+    try:
+        return library.describe_fabric(local_rank), None
+    except CclError as error:
+        return None, error.message
 
 
 def fabric_facts(local_rank: int) -> tuple[dict, dict[str, int]]:

@@ -8,7 +8,7 @@ import os
 from torch_mojo import torchcomms
 from torch_mojo.doctor import nccl_log
 from torch_mojo.doctor.checks import nodes_of, rank_ranges
-from torch_mojo.bench_report import human
+from torch_mojo.bench.report import human
 from torch_mojo.doctor.facts import number_ranges
 from torch_mojo.doctor.job import Job
 from torch_mojo.doctor.variables import ERROR

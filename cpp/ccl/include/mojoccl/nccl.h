@@ -139,10 +139,20 @@ ncclResult_t ncclGroupEnd(void);
  * (a text's default is empty where libmojoccl decides it). */
 const char* mojocclSettings(void);
 
+/* libmojoccl's own: the integer setting `name` as libmojoccl reads it (its
+ * default where unset); a value it does not accept is ncclInvalidArgument,
+ * with the variable and what it accepts in ncclGetLastError(). What the
+ * process group asks rather than read the variable itself. */
+ncclResult_t mojocclSettingInt(const char* name, int64_t* value);
+
 /* libmojoccl's own: the libfabric provider and domain a communicator
  * spanning nodes would open on this rank, the localRank-th of its node (MOJOCCL_FABRIC_DOMAIN may list a domain per local rank), as
  * text; on failure ncclInvalidUsage, with the reason in ncclGetLastError(). */
 ncclResult_t mojocclDescribeFabric(int localRank, char* text, size_t size);
+
+/* libmojoccl's own: the providers MOJOCCL_FABRIC_PROVIDER=auto tries, in
+ * order, comma-separated ("cxi,verbs,efa,tcp"). */
+const char* mojocclFabricAutoProviders(void);
 
 /* libmojoccl's own: MPI_ANY_SOURCE. Receives the first message that any
  * other rank sends to this one and stores its sender in *peer. Host memory

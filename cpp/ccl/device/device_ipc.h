@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "../device/runtime.h"
+#include "device/runtime.h"
 
 namespace mojoccl {
 

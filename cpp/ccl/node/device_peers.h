@@ -1,6 +1,6 @@
 // Collectives of device memory within one node, on the GPUs themselves
 // (MOJOCCL_DEVICE_PEERS=1). Every rank has a buffer on its GPU that the
-// others map (transports/device_ipc.h). A collective runs in chunks: each
+// others map (device/device_ipc.h). A collective runs in chunks: each
 // rank stages its part of the chunk in its buffer, and once every rank has,
 // each reads the buffers it needs, straight from the peers' GPUs: the Mojo
 // GPU kernel reduces them (all-reduce, reduce-scatter, reduce: every rank
@@ -17,11 +17,11 @@
 #include <functional>
 #include <memory>
 
-#include "../hierarchy/node.h"
-#include "../hierarchy/topology.h"
-#include "../transports/device_ipc.h"
-#include "../algorithms/call.h"
+#include "algorithms/call.h"
+#include "device/device_ipc.h"
 #include "mojoccl/nccl.h"
+#include "node/node.h"
+#include "node/topology.h"
 
 namespace mojoccl {
 

@@ -55,9 +55,9 @@ import statistics
 import sys
 import time
 
-from torch_mojo.bench_model import print_model
-from torch_mojo.bench_report import COLLECTIVES, human, print_table, write_csv, write_outputs
-from torch_mojo.bench_runners import (LibraryRunner, MpiRunner, PointToPointRunner, TorchRunner, WireRunner,
+from torch_mojo.bench.model import print_model
+from torch_mojo.bench.report import COLLECTIVES, human, print_table, write_csv, write_outputs
+from torch_mojo.bench.runners import (LibraryRunner, MpiRunner, PointToPointRunner, TorchRunner, WireRunner,
                                       group_across_nodes)
 
 DEFAULT_SIZES = "8,64,512,4K,32K,256K,1M,4M,16M,64M,256M"
@@ -321,6 +321,3 @@ def _pool():
 
     return memory.default_pool()
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,4 @@
-#include "seal.h"
+#include "base/seal.h"
 
 #include <sys/stat.h>
 
@@ -7,8 +7,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "settings.h"
-#include "error.h"
+#include "base/error.h"
+#include "base/settings.h"
 
 namespace mojoccl {
 namespace {

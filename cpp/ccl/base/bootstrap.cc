@@ -1,4 +1,4 @@
-#include "bootstrap.h"
+#include "base/bootstrap.h"
 
 #include <netinet/in.h>
 #include <string.h>
@@ -11,9 +11,9 @@
 #include <memory>
 #include <thread>
 
-#include "settings.h"
-#include "error.h"
-#include "seal.h"
+#include "base/error.h"
+#include "base/seal.h"
+#include "base/settings.h"
 
 namespace mojoccl {
 namespace {

@@ -19,12 +19,12 @@
 
 #include <vector>
 
-#include "../algorithms/call.h"
-#include "../algorithms/layout.h"
-#include "../transports/fabric.h"
-#include "hierarchy.h"
-#include "node.h"
-#include "topology.h"
+#include "algorithms/call.h"
+#include "algorithms/layout.h"
+#include "hierarchy/hierarchy.h"
+#include "node/node.h"
+#include "node/topology.h"
+#include "transports/fabric.h"
 
 namespace mojoccl {
 

@@ -1,4 +1,4 @@
-#include "datatypes.h"
+#include "base/datatypes.h"
 
 namespace mojoccl {
 

@@ -1,4 +1,4 @@
-#include "socket.h"
+#include "base/socket.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
-#include "settings.h"
-#include "error.h"
+#include "base/error.h"
+#include "base/settings.h"
 
 namespace mojoccl {
 

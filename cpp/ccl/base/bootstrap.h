@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "base/seal.h"
+#include "base/socket.h"
 #include "mojoccl/nccl.h"
-#include "seal.h"
-#include "socket.h"
 
 namespace mojoccl {
 

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "../bootstrap.h"
+#include "base/bootstrap.h"
 
 namespace mojoccl {
 

@@ -1,11 +1,11 @@
-#include "node.h"
+#include "node/node.h"
 
 #include <cstring>
 
-#include "../algorithms/direct.h"
-#include "../algorithms/step.h"
-#include "../algorithms/zero_copy.h"
-#include "../datatypes.h"
+#include "algorithms/direct.h"
+#include "algorithms/step.h"
+#include "algorithms/zero_copy.h"
+#include "base/datatypes.h"
 
 namespace mojoccl {
 void NodeCollectives::run(const Call& call, size_t bytes, ZeroCopy zeroCopy, Staged staged) {

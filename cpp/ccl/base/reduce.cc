@@ -1,10 +1,10 @@
-#include "reduce.h"
+#include "base/reduce.h"
 
 #include <cstdint>
 #include <string>
 
-#include "datatypes.h"
-#include "error.h"
+#include "base/datatypes.h"
+#include "base/error.h"
 
 extern "C" int32_t tm_reduce(void* dst, const void* const* srcs, int64_t nsrcs, int64_t count,
                              int32_t dtype, int32_t op, int64_t divisor);

@@ -1,4 +1,4 @@
-#include "device_peers.h"
+#include "node/device_peers.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -6,12 +6,12 @@
 #include <string>
 #include <vector>
 
-#include "../datatypes.h"
-#include "gpu_reduce.h"
-#include "runtime.h"
-#include "../error.h"
-#include "../transports/device_ipc.h"
-#include "../algorithms/step.h"
+#include "algorithms/step.h"
+#include "base/datatypes.h"
+#include "base/error.h"
+#include "device/device_ipc.h"
+#include "device/gpu_reduce.h"
+#include "device/runtime.h"
 
 namespace mojoccl {
 
@@ -161,7 +161,10 @@ void DevicePeers::run(const Call& call, ncclStream_t stream) {
             if (topology_.rank == call.root) stageSend(first, n);
           },
           [&](size_t first, size_t n) { copy(recv + first * element, peer(call.root, 0), n); });
+    case CallKind::AllToAll:
+      break;  // through host memory: the communicator never hands it here
   }
+  fail(ncclInternalError, call.describe() + " has no path on device peers");
 }
 
 }  // namespace mojoccl

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cstring>
 
-#include "../algorithms/p2p.h"
-#include "../datatypes.h"
-#include "../error.h"
-#include "../reduce.h"
+#include "algorithms/p2p.h"
+#include "base/datatypes.h"
+#include "base/error.h"
+#include "base/reduce.h"
 
 namespace mojoccl {
 namespace {

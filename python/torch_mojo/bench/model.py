@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import csv
 
-from torch_mojo.bench_report import human, pyplot
+from torch_mojo.bench.report import human, pyplot
 
 # Powers of two, where Rabenseifner's algorithm needs no extra steps, and
 # counts between them, where it does and the tree does not.

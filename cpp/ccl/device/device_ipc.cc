@@ -1,4 +1,4 @@
-#include "device_ipc.h"
+#include "device/device_ipc.h"
 
 namespace mojoccl {
 

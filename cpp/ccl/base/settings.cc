@@ -1,11 +1,11 @@
-#include "settings.h"
+#include "base/settings.h"
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
 
-#include "error.h"
+#include "base/error.h"
 #include "mojoccl/nccl.h"
 
 namespace mojoccl {

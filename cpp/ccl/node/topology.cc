@@ -1,4 +1,4 @@
-#include "topology.h"
+#include "node/topology.h"
 
 namespace mojoccl {
 

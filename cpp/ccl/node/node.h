@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <string>
 
-#include "../algorithms/call.h"
-#include "../transports/shm.h"
+#include "algorithms/call.h"
+#include "transports/shm.h"
 
 namespace mojoccl {
 

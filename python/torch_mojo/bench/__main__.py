@@ -1,0 +1,5 @@
+import sys
+
+from torch_mojo.bench.sweep import main
+
+sys.exit(main())
