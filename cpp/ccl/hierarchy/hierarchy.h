@@ -1,5 +1,5 @@
 // The collectives of a communicator that spans nodes, composed of a part
-// within each node (node.h, shared memory) and a part between the nodes
+// within each node (node/node.h, shared memory) and a part between the nodes
 // (algorithms/network.h, libfabric): each node reduces or gathers to its
 // lowest rank, its leader; the leaders run the collective among
 // themselves; each leader hands the result back to its node. Where every

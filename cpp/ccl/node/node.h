@@ -1,6 +1,6 @@
 // The collectives among this node's ranks, in shared memory: the whole of a
 // collective on one node, and the within-the-node parts of one across
-// nodes (hierarchy.h).
+// nodes (hierarchy/hierarchy.h).
 #pragma once
 
 #include <cstddef>
