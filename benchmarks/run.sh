@@ -26,8 +26,12 @@
 #     nodes (mojo+fabric), 2 nodes of 2 ranks;
 #   fault-tolerance: torchft's replica groups, step time, recovery from a
 #     kill and a new quorum's group, mojo against gloo
-#     (benchmarks/fault_tolerance.py).
-# Usage: benchmarks/run.sh [output-dir] [all|one-node|between-nodes|threads|latency|small|deterministic|fault-tolerance]
+#     (benchmarks/fault_tolerance.py);
+#   setup: init_process_group and a first all_reduce at 2 to 32 ranks, on
+#     one node and as as many simulated nodes, mojo against gloo, libmojoccl's
+#     own set-up phase by phase, and the model of it to 10,000 ranks
+#     (benchmarks/setup_time.py).
+# Usage: benchmarks/run.sh [output-dir] [all|one-node|between-nodes|threads|latency|small|deterministic|fault-tolerance|setup]
 #   (default: benchmarks/results, all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -144,8 +148,14 @@ fault_tolerance() {
   "$bin/python" benchmarks/fault_tolerance.py --rounds 3 --output "$out/fault-tolerance.txt"
 }
 
+# Set-up time as ranks grow, each rank's imports excluded.
+setup() {
+  "$bin/python" benchmarks/setup_time.py --rounds 3 --output "$out/setup-one-node.txt"
+  "$bin/python" benchmarks/setup_time.py --rounds 3 --per-node 1 --output "$out/setup-nodes.txt"
+}
+
 case "$part" in
-  all) one_node; between_nodes; threads; latency; small; deterministic; fault_tolerance ;;
+  all) one_node; between_nodes; threads; latency; small; deterministic; fault_tolerance; setup ;;
   one-node) one_node ;;
   between-nodes) between_nodes ;;
   threads) threads ;;
@@ -153,6 +163,7 @@ case "$part" in
   small) small ;;
   deterministic) deterministic ;;
   fault-tolerance) fault_tolerance ;;
-  *) echo "benchmarks/run.sh: the part is all, one-node, between-nodes, threads, latency, small, deterministic" \
-       "or fault-tolerance, not '$part'" >&2; exit 2 ;;
+  setup) setup ;;
+  *) echo "benchmarks/run.sh: the part is all, one-node, between-nodes, threads, latency, small, deterministic," \
+       "fault-tolerance or setup, not '$part'" >&2; exit 2 ;;
 esac

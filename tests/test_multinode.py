@@ -364,6 +364,20 @@ def test_rails_with_ranks_out_of_step():
         assert ", 0 wrong" in result.stdout, result.stdout
 
 
+def test_the_set_up_says_what_it_took():
+    # What benchmarks/setup_time.py's model is built from: the exchanges
+    # through the bootstrap root and their bytes, the phases' times.
+    one_node = run_worker("ccl", 2, "init", timeout=60)
+    two_nodes = run_worker("ccl", 2, "init", env=FABRIC, timeout=60, rank_env=on_nodes("a", "b"))
+    for results, between in ((one_node, "no"), (two_nodes, "yes")):
+        for result in results:
+            line = next(line for line in result.stdout.splitlines() if line.startswith("setup "))
+            rounds, traffic = int(line.split()[2]), int(line.split()[4])
+            assert rounds > 0 and traffic > 0 and f"phases 5 between nodes {between}" in line, line
+    assert int(two_nodes[0].stdout.split("setup rounds ")[1].split()[0]) > int(
+        one_node[0].stdout.split("setup rounds ")[1].split()[0])
+
+
 def test_a_setting_only_one_rank_has_still_fails_every_rank():
     results = run_worker("ccl", 2, "init", env=FABRIC, timeout=60, rank_env={
         0: {"MOJOCCL_HOSTID": "a"},

@@ -461,6 +461,24 @@ MOJOCCL_API ncclResult_t mojocclCommRejected(ncclComm_t comm, uint64_t* count) {
   });
 }
 
+MOJOCCL_API ncclResult_t mojocclCommSetupSeconds(ncclComm_t comm, double* seconds, int* count) {
+  return guarded([&] {
+    if (comm == nullptr || seconds == nullptr || count == nullptr)
+      mojoccl::fail(ncclInvalidArgument, "mojocclCommSetupSeconds: comm, seconds or count is NULL");
+    *count = std::max(0, std::min(*count, static_cast<int>(mojoccl::Comm::kSetupPhases)));
+    std::copy(comm->impl.setupSeconds(), comm->impl.setupSeconds() + *count, seconds);
+  });
+}
+
+MOJOCCL_API ncclResult_t mojocclCommSetupTraffic(ncclComm_t comm, int* rounds, uint64_t* bytes) {
+  return guarded([&] {
+    if (comm == nullptr || rounds == nullptr || bytes == nullptr)
+      mojoccl::fail(ncclInvalidArgument, "mojocclCommSetupTraffic: comm, rounds or bytes is NULL");
+    *rounds = comm->impl.setupRounds();
+    *bytes = comm->impl.setupBytes();
+  });
+}
+
 MOJOCCL_API ncclResult_t ncclGroupStart(void) {
   ++groupDepth;
   return ncclSuccess;

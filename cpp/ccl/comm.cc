@@ -42,13 +42,30 @@ bool framesOnSockets(const std::string& setting, const FabricTransport& fabric, 
   return tcp && nodes <= kFrameSocketsMaxNodes;
 }
 
+
 }  // namespace
+
+// Adds the time since the last lap to `phase`.
+class SetupClock {
+ public:
+  explicit SetupClock(double* seconds) : seconds_(seconds) {}
+  void lap(int phase) {
+    const auto now = std::chrono::steady_clock::now();
+    seconds_[phase] += std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+  }
+
+ private:
+  double* seconds_;
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
 
 Comm::Comm(const ncclUniqueId& id, int nranks, int rank) {
   if (nranks < 1) fail(ncclInvalidArgument, "nranks must be at least 1, got " + std::to_string(nranks));
   if (rank < 0 || rank >= nranks)
     fail(ncclInvalidArgument, "rank " + std::to_string(rank) + " is outside 0.." +
                                   std::to_string(nranks - 1));
+  SetupClock setup(setupSeconds_);
   int64_t timeout = settingInt("MOJOCCL_BOOTSTRAP_TIMEOUT_S");
   // A little longer than the root's own limit, so that its explanation of
   // who is missing arrives before this rank gives up on its own.
@@ -58,16 +75,21 @@ Comm::Comm(const ncclUniqueId& id, int nranks, int rank) {
   const auto& ranks = bootstrap.ranks();
   topology_ = Topology::of(ranks, rank);
   findCoreSharers(ranks);
+  setup.lap(kSetupBootstrap);
   std::vector<ShmPeer> peers;
   for (int peer : topology_.ours()) peers.push_back({peer, ranks[peer].pid});
   shm_ = std::make_unique<ShmTransport>(bootstrap, peers, topology_.localIndex, segmentName(id, ranks[rank].hostHash),
                                         kSlotBytes, aborted_, ranksOutnumberCores());
+  setup.lap(kSetupSharedMemory);
   const AgreedSettings settings = agreeOnSettings(bootstrap);
   devicePeersRequested_ = settings.devicePeers;
   node_ = std::make_unique<NodeCollectives>(*shm_, settings.allReduceAlgorithm, settings.zeroCopy);
-  if (topology_.nodes.size() > 1) openFabric(bootstrap);
+  setup.lap(kSetupSettings);
+  if (topology_.nodes.size() > 1) openFabric(bootstrap, setup);
   if (settings.deterministic)
     rankOrder_ = std::make_unique<RankOrderReductions>(topology_, *node_, hierarchy_.get(), fabric_.get());
+  setupRounds_ = bootstrap.rounds();
+  setupBytes_ = bootstrap.bytesContributed();
   bootstrap.close();
 }
 
@@ -123,7 +145,7 @@ uint64_t Comm::rejected() {
   return (watch_ ? watch_->rejected() : 0) + (fabric_ ? fabric_->rejected() : 0);
 }
 
-void Comm::openFabric(Bootstrap& bootstrap) {
+void Comm::openFabric(Bootstrap& bootstrap, SetupClock& setup) {
   // What could fail on one rank alone is checked first, and agreed on, so
   // that every rank fails with its message rather than wait for it.
   std::string failure;
@@ -164,6 +186,7 @@ void Comm::openFabric(Bootstrap& bootstrap) {
   bootstrap.requireSameSetting("The provider's eager message size (FI_OFI_RXM_EAGER_LIMIT, FI_OFI_RXM_BUFFER_SIZE)",
                                std::to_string(fabric_->eagerMessage()));
   fabric_->traceRegistrations(trace);
+  setup.lap(kSetupFabric);
   const bool frameSockets = framesOnSockets(framesSetting, *fabric_, nodes.size());
   watch_ = std::make_unique<PeerWatch>(bootstrap, nodes, topology_.node, rank, *shm_, timeoutSeconds, frameSockets);
   if (frameSockets && topology_.isLeader())
@@ -185,6 +208,7 @@ void Comm::openFabric(Bootstrap& bootstrap) {
   };
   fabric_->checkPeersWith(checkPeers);
   if (leaderSockets_) leaderSockets_->checkPeersWith(checkPeers);
+  setup.lap(kSetupPeerWatch);
   hierarchy_ = std::make_unique<Hierarchy>(
       topology_, *node_, BetweenNodes{*fabric_, leaderSockets_.get(), algorithms, directNodes, rails, {}});
   if (trace) {

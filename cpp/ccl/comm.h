@@ -27,6 +27,8 @@
 
 namespace mojoccl {
 
+class SetupClock;  // comm.cc
+
 class Comm {
  public:
   // Collective over the `nranks` processes that pass the same `id`.
@@ -95,6 +97,12 @@ class Comm {
   int sharedCpus() const { return sharedCpus_; }
   // Connections and messages from outside the communicator turned away (seal.h).
   uint64_t rejected();
+  // How long this rank's set-up took, phase by phase (mojocclCommSetupSeconds).
+  enum SetupPhase { kSetupBootstrap, kSetupSharedMemory, kSetupSettings, kSetupFabric, kSetupPeerWatch, kSetupPhases };
+  const double* setupSeconds() const { return setupSeconds_; }
+  // The set-up's exchanges through the bootstrap root, and this rank's bytes in them.
+  int setupRounds() const { return setupRounds_; }
+  uint64_t setupBytes() const { return setupBytes_; }
 
   // Calls in progress; ncclCommAbort waits for them before freeing the comm.
   std::atomic<int> activeCalls{0};
@@ -105,7 +113,7 @@ class Comm {
   void validate(const Call& call) const;
   void findCoreSharers(const std::vector<RankInfo>& ranks);
   bool ranksOutnumberCores() const;  // waits must not hold a core
-  void openFabric(Bootstrap& bootstrap);
+  void openFabric(Bootstrap& bootstrap, SetupClock& setup);
   // The settings every rank must share, read and compared at set-up.
   struct AgreedSettings {
     AllReduceAlgorithm allReduceAlgorithm;  // MOJOCCL_ALGO
@@ -137,6 +145,9 @@ class Comm {
   std::mutex transportsMutex_;               // failedRanks() may race with releaseTransports()
   std::vector<int> failedAtRelease_;
   uint64_t rejectedAtRelease_ = 0;
+  double setupSeconds_[kSetupPhases] = {};
+  int setupRounds_ = 0;
+  uint64_t setupBytes_ = 0;
   bool devicePeersRequested_ = false;        // MOJOCCL_DEVICE_PEERS=1
   bool devicePeersDecided_ = false;
   std::unique_ptr<DevicePeers> devicePeers_;  // when every rank can read its peers' GPUs

@@ -72,6 +72,8 @@ class Library:
                                                 ctypes.POINTER(ctypes.c_double)]
         lib.mojocclPredictBroadcast.argtypes = [code, size, ctypes.c_char_p, size, ctypes.POINTER(ctypes.c_double)]
         lib.mojocclCommRejected.argtypes = [comm, ctypes.POINTER(ctypes.c_uint64)]
+        lib.mojocclCommSetupSeconds.argtypes = [comm, ctypes.POINTER(ctypes.c_double), ctypes.POINTER(code)]
+        lib.mojocclCommSetupTraffic.argtypes = [comm, ctypes.POINTER(code), ctypes.POINTER(ctypes.c_uint64)]
         lib.mojocclSettings.restype = ctypes.c_char_p
         lib.mojocclSettings.argtypes = []
         lib.mojocclDescribeFabric.argtypes = [code, ctypes.c_char_p, size]
@@ -189,6 +191,21 @@ class Library:
         chosen, seconds = ctypes.create_string_buffer(64), ctypes.c_double()
         self.check(self.lib.mojocclPredictBroadcast(nodes, nbytes, chosen, len(chosen), ctypes.byref(seconds)))
         return chosen.value.decode(), seconds.value
+
+    def setup_seconds(self, comm) -> list[float]:
+        """How long this rank's set-up of `comm` took, phase by phase: the
+        bootstrap, the node's shared memory, the settings, the fabric
+        endpoint, the peer watch (nccl.h, mojocclCommSetupSeconds)."""
+        seconds, count = (ctypes.c_double * 8)(), ctypes.c_int(8)
+        self.check(self.lib.mojocclCommSetupSeconds(comm, seconds, ctypes.byref(count)))
+        return list(seconds[: count.value])
+
+    def setup_traffic(self, comm) -> tuple[int, int]:
+        """(the exchanges through the bootstrap root after the table of
+        ranks, the bytes this rank put into them) of `comm`'s set-up."""
+        rounds, count = ctypes.c_int(), ctypes.c_uint64()
+        self.check(self.lib.mojocclCommSetupTraffic(comm, ctypes.byref(rounds), ctypes.byref(count)))
+        return rounds.value, count.value
 
     def rejected(self, comm):
         """Connections and messages from outside `comm` it turned away (docs/security.md)."""

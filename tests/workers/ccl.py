@@ -70,6 +70,10 @@ def main():
         library.all_reduce(comm, data, out)
         assert np.array_equal(out, np.arange(1000, dtype=np.float32) * world * (world + 1) / 2)
         print("ok all_reduce", flush=True)
+        rounds, traffic = library.setup_traffic(comm)
+        seconds = library.setup_seconds(comm)
+        print(f"setup rounds {rounds} bytes {traffic} phases {len(seconds)} "
+              f"between nodes {'yes' if seconds[3] > 0 else 'no'}", flush=True)
     elif scenario == "rebuilt":
         # The communicator replaced 4 times, as torchft replaces its group at
         # each quorum change; every one's all-reduce checked.

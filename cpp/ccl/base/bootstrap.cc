@@ -297,6 +297,8 @@ Bootstrap::Bootstrap(const ncclUniqueId& id, const RankInfo& mine, int nranks, D
 }
 
 std::vector<char> Bootstrap::allGather(const void* mine, size_t bytes) {
+  ++rounds_;
+  bytesContributed_ += bytes;
   uint64_t size = bytes;
   socket_.sendAll(&size, sizeof(size), deadline_);
   socket_.sendAll(mine, bytes, deadline_);

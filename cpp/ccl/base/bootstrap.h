@@ -58,12 +58,19 @@ class Bootstrap {
 
   void close() { socket_.close(); }
 
+  // The exchanges through the root since the table (each an all-gather),
+  // and the bytes this rank put into them: what the root's work grows with.
+  int rounds() const { return rounds_; }
+  uint64_t bytesContributed() const { return bytesContributed_; }
+
  private:
   Socket socket_;
   std::vector<RankInfo> ranks_;
   SealKeys keys_;
   Deadline deadline_;
   int rank_;
+  int rounds_ = 0;
+  uint64_t bytesContributed_ = 0;
 };
 
 }  // namespace mojoccl

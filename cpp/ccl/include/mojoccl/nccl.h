@@ -199,6 +199,21 @@ ncclResult_t mojocclCommNodes(ncclComm_t comm, int* nodes, int* localRanks, int*
  * the cores. */
 ncclResult_t mojocclCommCoreSharing(ncclComm_t comm, int* ranks, int* cpus);
 
+/* libmojoccl's own: how long this rank's ncclCommInitRank took, phase by
+ * phase, in seconds: [0] the bootstrap (meeting the root, the table of
+ * ranks), [1] the node's shared memory, [2] the settings every rank must
+ * share, [3] the fabric endpoint and every rank's address, [4] the peer
+ * watch and the leaders' connections ([3] and [4] 0 on one node). At most
+ * *count phases are written; *count becomes the number written. */
+ncclResult_t mojocclCommSetupSeconds(ncclComm_t comm, double* seconds, int* count);
+
+/* libmojoccl's own: how many exchanges through the bootstrap root this
+ * rank's set-up took after the table of ranks (each an all-gather: the
+ * root sends every rank every rank's part), and the bytes this rank put
+ * into them: what the model of set-up time (benchmarks/setup_time.py)
+ * is built from. */
+ncclResult_t mojocclCommSetupTraffic(ncclComm_t comm, int* rounds, uint64_t* bytes);
+
 /* libmojoccl's own: how many connections and messages from outside `comm`
  * this rank has turned away (docs/security.md): connections to its node
  * leader's peer watch without the communicator's proof, messages between
