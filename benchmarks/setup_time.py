@@ -94,6 +94,12 @@ def model_from(path: str, bandwidth: float) -> list[str]:
     return table.rstrip("\n").splitlines() + [""] + model_lines(points, rounds, traffic, bandwidth)
 
 
+def free_port() -> int:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        return listener.getsockname()[1]
+
+
 def wait_for_the_start(folder: str, rank: int) -> float:
     """Says this rank is ready, then waits for the common start time."""
     open(os.path.join(folder, f"ready.{rank}"), "w").close()

@@ -89,7 +89,7 @@ Comm::Comm(const ncclUniqueId& id, int nranks, int rank) {
   if (settings.deterministic)
     rankOrder_ = std::make_unique<RankOrderReductions>(topology_, *node_, hierarchy_.get(), fabric_.get());
   setupRounds_ = bootstrap.rounds();
-  setupBytes_ = bootstrap.bytesContributed();
+  setupBytes_ = bootstrap.bytesGathered();
   bootstrap.close();
 }
 

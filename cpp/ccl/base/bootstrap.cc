@@ -36,6 +36,22 @@ struct Hello {
   RankInfo info;
 };
 
+// Every exchange after the table starts with this from each rank: its part
+// follows. An all-gather's reply holds every rank's part; a comparison's,
+// only the first part that differs from rank 0's (Difference).
+struct Request {
+  uint64_t bytes;
+  uint32_t compare;  // 1: the root compares the parts and answers with a verdict
+  uint32_t reserved;
+};
+
+// A comparison's verdict: the first rank whose part differs from rank 0's
+// (-1 where none does), then rank 0's part and, where one differs, that
+// rank's: a few hundred bytes whatever the number of ranks.
+struct Verdict {
+  int32_t differing;
+};
+
 // Every reply from the root starts with this; a non-zero status carries a
 // message of `bytes` characters instead of data.
 struct Reply {
@@ -184,28 +200,45 @@ class Root {
     while (true) {
       Deadline deadline = Clock::now() + std::chrono::seconds(timeout_);
       std::vector<char> gathered;
-      uint64_t size = 0;
+      Request first{};
       int closed = 0;
       for (int rank = 0; rank < nranks; ++rank) {
-        uint64_t bytes = 0;
-        if (!peers_[rank].recvAll(&bytes, sizeof(bytes), deadline)) {
+        Request request{};
+        if (!peers_[rank].recvAll(&request, sizeof(request), deadline)) {
           peers_[rank].close();
           ++closed;
           continue;
         }
-        if (rank - closed == 0) size = bytes;
-        if (bytes != size) fail(ncclInternalError, "ranks sent all-gathers of different sizes");
+        if (rank - closed == 0) first = request;
+        if (request.bytes != first.bytes || request.compare != first.compare)
+          fail(ncclInternalError, "ranks sent set-up exchanges of different kinds or sizes");
         size_t offset = gathered.size();
-        gathered.resize(offset + bytes);
-        peers_[rank].recvAll(gathered.data() + offset, bytes, deadline);
+        gathered.resize(offset + request.bytes);
+        peers_[rank].recvAll(gathered.data() + offset, request.bytes, deadline);
       }
       if (closed == nranks) return;  // set-up finished everywhere
       if (closed > 0)
         fail(ncclRemoteError, std::to_string(closed) +
                                   " rank(s) left the communicator set-up while others were "
                                   "still in it (a rank failed or exited)");
-      for (auto& peer : peers_) sendReply(peer, 0, gathered.data(), gathered.size(), deadline);
+      const std::vector<char> reply = first.compare ? verdictOn(gathered, first.bytes) : std::move(gathered);
+      for (auto& peer : peers_) sendReply(peer, 0, reply.data(), reply.size(), deadline);
     }
+  }
+
+  // Every rank's part against rank 0's: the verdict (Verdict, rank 0's
+  // part, the first differing one's), in place of all n parts.
+  static std::vector<char> verdictOn(const std::vector<char>& parts, size_t bytes) {
+    const size_t nranks = bytes == 0 ? 0 : parts.size() / bytes;
+    Verdict verdict{-1};
+    for (size_t rank = 1; rank < nranks && verdict.differing < 0; ++rank)
+      if (memcmp(parts.data(), parts.data() + rank * bytes, bytes) != 0) verdict.differing = static_cast<int32_t>(rank);
+    std::vector<char> reply(sizeof(verdict));
+    memcpy(reply.data(), &verdict, sizeof(verdict));
+    reply.insert(reply.end(), parts.begin(), parts.begin() + bytes);
+    if (verdict.differing >= 0)
+      reply.insert(reply.end(), parts.begin() + verdict.differing * bytes, parts.begin() + (verdict.differing + 1) * bytes);
+    return reply;
   }
 
   Socket listener_;
@@ -296,26 +329,44 @@ Bootstrap::Bootstrap(const ncclUniqueId& id, const RankInfo& mine, int nranks, D
   memcpy(ranks_.data(), table.data(), table.size());
 }
 
-std::vector<char> Bootstrap::allGather(const void* mine, size_t bytes) {
+std::vector<char> Bootstrap::exchange(const void* mine, size_t bytes, bool compare) {
   ++rounds_;
-  bytesContributed_ += bytes;
-  uint64_t size = bytes;
-  socket_.sendAll(&size, sizeof(size), deadline_);
+  if (!compare) bytesGathered_ += bytes;
+  Request request{bytes, compare ? 1u : 0u, 0};
+  socket_.sendAll(&request, sizeof(request), deadline_);
   socket_.sendAll(mine, bytes, deadline_);
-  std::vector<char> all = readReply(socket_, deadline_);
+  return readReply(socket_, deadline_);
+}
+
+std::vector<char> Bootstrap::allGather(const void* mine, size_t bytes) {
+  std::vector<char> all = exchange(mine, bytes, false);
   if (all.size() != bytes * ranks_.size())
     fail(ncclInternalError, "bootstrap all-gather returned the wrong size");
   return all;
 }
 
+Bootstrap::Difference Bootstrap::firstDifference(const void* mine, size_t bytes) {
+  std::vector<char> reply = exchange(mine, bytes, true);
+  Verdict verdict{};
+  if (reply.size() < sizeof(verdict)) fail(ncclInternalError, "bootstrap comparison returned too little");
+  memcpy(&verdict, reply.data(), sizeof(verdict));
+  const size_t expected = sizeof(verdict) + bytes * (verdict.differing >= 0 ? 2 : 1);
+  if (reply.size() != expected) fail(ncclInternalError, "bootstrap comparison returned the wrong size");
+  const char* parts = reply.data() + sizeof(verdict);
+  Difference difference{verdict.differing, std::vector<char>(parts, parts + bytes), {}};
+  if (verdict.differing >= 0) difference.theirs.assign(parts + bytes, parts + 2 * bytes);
+  return difference;
+}
+
+// Rank 0's message where it failed, else the first failing rank's: the
+// lowest failing rank's, as every rank's message differs from an empty one.
 void Bootstrap::agreeOnSuccess(bool ok, const std::string& failure) {
   char message[512] = {};
   if (!ok) snprintf(message, sizeof(message), "rank %d: %s", rank_, failure.c_str());
-  std::vector<char> all = allGather(message, sizeof(message));
-  for (size_t rank = 0; rank < ranks_.size(); ++rank) {
-    const char* text = all.data() + rank * sizeof(message);
-    if (text[0] != '\0') fail(ok ? ncclRemoteError : ncclSystemError, std::string(text, strnlen(text, sizeof(message))));
-  }
+  const Difference difference = firstDifference(message, sizeof(message));
+  const std::vector<char>& failed = difference.rankZeros[0] != '\0' ? difference.rankZeros : difference.theirs;
+  if (!failed.empty() && failed[0] != '\0')
+    fail(ok ? ncclRemoteError : ncclSystemError, std::string(failed.data(), strnlen(failed.data(), failed.size())));
 }
 
 void Bootstrap::requireSameSettings(const std::vector<std::pair<std::string, std::string>>& settings) {
@@ -323,16 +374,17 @@ void Bootstrap::requireSameSettings(const std::vector<std::pair<std::string, std
   std::vector<char> mine(settings.size() * kValueBytes);
   for (size_t i = 0; i < settings.size(); ++i)
     snprintf(mine.data() + i * kValueBytes, kValueBytes, "%s", settings[i].second.c_str());
-  std::vector<char> all = allGather(mine.data(), mine.size());
+  const Difference difference = firstDifference(mine.data(), mine.size());
+  if (difference.rank < 0) return;
   for (size_t i = 0; i < settings.size(); ++i) {
-    auto valueOf = [&](size_t rank) {
-      const char* text = all.data() + rank * mine.size() + i * kValueBytes;
+    auto valueIn = [&](const std::vector<char>& values) {
+      const char* text = values.data() + i * kValueBytes;
       return std::string(text, strnlen(text, kValueBytes));
     };
-    for (size_t rank = 1; rank < ranks_.size(); ++rank)
-      if (valueOf(rank) != valueOf(0))
-        fail(ncclInvalidUsage, settings[i].first + " is '" + valueOf(0) + "' on rank 0 and '" + valueOf(rank) +
-                                   "' on rank " + std::to_string(rank) + ": set it alike on every rank");
+    if (valueIn(difference.rankZeros) != valueIn(difference.theirs))
+      fail(ncclInvalidUsage, settings[i].first + " is '" + valueIn(difference.rankZeros) + "' on rank 0 and '" +
+                                 valueIn(difference.theirs) + "' on rank " + std::to_string(difference.rank) +
+                                 ": set it alike on every rank");
   }
 }
 

@@ -45,6 +45,17 @@ class Bootstrap {
   // all contributions in rank order.
   std::vector<char> allGather(const void* mine, size_t bytes);
 
+  // Every rank contributes `bytes`; the root compares them with rank 0's and
+  // answers with the first rank whose part differs (-1: none), rank 0's
+  // part and that rank's. What an agreement needs, in a reply of a few
+  // hundred bytes where an all-gather's grows with the ranks.
+  struct Difference {
+    int rank;
+    std::vector<char> rankZeros;
+    std::vector<char> theirs;  // empty where none differs
+  };
+  Difference firstDifference(const void* mine, size_t bytes);
+
   // Shares a set-up failure: every rank fails together, the message of the
   // lowest failing rank first. Call with ok=true to learn of others' failures.
   void agreeOnSuccess(bool ok, const std::string& failure);
@@ -58,19 +69,22 @@ class Bootstrap {
 
   void close() { socket_.close(); }
 
-  // The exchanges through the root since the table (each an all-gather),
-  // and the bytes this rank put into them: what the root's work grows with.
+  // The exchanges through the root since the table, and the bytes this
+  // rank put into the all-gathers among them (the root sends every rank
+  // every rank's part of those): what the root's work grows with.
   int rounds() const { return rounds_; }
-  uint64_t bytesContributed() const { return bytesContributed_; }
+  uint64_t bytesGathered() const { return bytesGathered_; }
 
  private:
+  std::vector<char> exchange(const void* mine, size_t bytes, bool compare);
+
   Socket socket_;
   std::vector<RankInfo> ranks_;
   SealKeys keys_;
   Deadline deadline_;
   int rank_;
   int rounds_ = 0;
-  uint64_t bytesContributed_ = 0;
+  uint64_t bytesGathered_ = 0;
 };
 
 }  // namespace mojoccl

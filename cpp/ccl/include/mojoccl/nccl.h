@@ -208,10 +208,10 @@ ncclResult_t mojocclCommCoreSharing(ncclComm_t comm, int* ranks, int* cpus);
 ncclResult_t mojocclCommSetupSeconds(ncclComm_t comm, double* seconds, int* count);
 
 /* libmojoccl's own: how many exchanges through the bootstrap root this
- * rank's set-up took after the table of ranks (each an all-gather: the
- * root sends every rank every rank's part), and the bytes this rank put
- * into them: what the model of set-up time (benchmarks/setup_time.py)
- * is built from. */
+ * rank's set-up took after the table of ranks, and the bytes this rank put
+ * into those that are all-gathers (the root sends every rank every rank's
+ * part; the others it answers with a verdict of a few hundred bytes): what
+ * the model of set-up time (benchmarks/setup_time.py) is built from. */
 ncclResult_t mojocclCommSetupTraffic(ncclComm_t comm, int* rounds, uint64_t* bytes);
 
 /* libmojoccl's own: how many connections and messages from outside `comm`
