@@ -42,7 +42,6 @@ bool framesOnSockets(const std::string& setting, const FabricTransport& fabric, 
   return tcp && nodes <= kFrameSocketsMaxNodes;
 }
 
-
 }  // namespace
 
 // Adds the time since the last lap to `phase`.

@@ -3,9 +3,10 @@
 // ncclGetUniqueId() starts a root thread listening on this host's bootstrap
 // address; the unique id carries that address and a random secret. Every
 // rank of ncclCommInitRank connects to the root, proves it knows the secret
-// (and the job key, seal.h), and receives the table of all ranks. Until the communicator is set up the
-// root then serves all-gathers (how ranks exchange shared-memory names and
-// set-up errors); when every rank has disconnected it exits.
+// (and the job key, seal.h), and receives the table of all ranks. Until the
+// communicator is set up the root then serves its exchanges: all-gathers
+// (shared-memory names, fabric addresses) and comparisons answered with a
+// verdict (settings, set-up errors); when every rank has disconnected it exits.
 #pragma once
 
 #include <cstdint>
