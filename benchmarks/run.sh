@@ -29,8 +29,9 @@
 #     (benchmarks/fault_tolerance.py);
 #   setup: init_process_group and a first all_reduce at 2 to 32 ranks, on
 #     one node and as as many simulated nodes, mojo against gloo, libmojoccl's
-#     own set-up phase by phase, and the model of it to 10,000 ranks
-#     (benchmarks/setup_time.py).
+#     own set-up phase by phase (benchmarks/setup_time.py); the bootstrap
+#     rehearsed at 64 to 4,096 ranks in threads, and the model of set-up to
+#     10,000 ranks (benchmarks/setup_simulated.py).
 # Usage: benchmarks/run.sh [output-dir] [all|one-node|between-nodes|threads|latency|small|deterministic|fault-tolerance|setup]
 #   (default: benchmarks/results, all)
 set -euo pipefail
@@ -152,6 +153,8 @@ fault_tolerance() {
 setup() {
   "$bin/python" benchmarks/setup_time.py --rounds 3 --output "$out/setup-one-node.txt"
   "$bin/python" benchmarks/setup_time.py --rounds 3 --per-node 1 --output "$out/setup-nodes.txt"
+  "$bin/python" benchmarks/setup_simulated.py --rounds 3 --nodes-file "$out/setup-nodes.txt" \
+    --output "$out/setup-simulated.txt"
 }
 
 case "$part" in

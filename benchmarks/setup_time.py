@@ -17,7 +17,8 @@ two cores: the times are those of an oversubscribed machine, and what they
 show is how each part grows, not what a cluster's nodes would take.
 
     python benchmarks/setup_time.py [--ranks 2,4,8,16,32] [--per-node 1] [--rounds 3] [--output FILE]
-    python benchmarks/setup_time.py --model-from FILE    # the model of a recorded run, again
+
+benchmarks/setup_simulated.py goes past 32 ranks and models set-up to 10,000.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import socket
 import statistics
 import subprocess
@@ -34,64 +34,6 @@ import tempfile
 import time
 
 PHASES = ("bootstrap", "shared memory", "settings", "fabric", "peer watch")
-TABLE_ENTRY = 208  # bytes of a rank's line in the bootstrap's table (RankInfo, base/bootstrap.h)
-MODEL_RANKS = (32, 128, 1024, 4096, 10000)
-
-
-def model(points: list[tuple[int, float, float]], rounds: int, traffic: int, bandwidth: float):
-    """Fits T(n) = t0 + n (rounds + 1) t_rank + n^2 (traffic + a table
-    line) / bandwidth to the measured (ranks, seconds, of which the fabric
-    phase): the root of the bootstrap takes each rank's part of every
-    exchange in turn (t_rank each), then sends every rank all n parts;
-    `bandwidth`: what the root's host sends per second. The fabric phase is
-    mostly each process loading libfabric, side by side on a cluster's nodes
-    (here the ranks share 2 cores): left out of the fit, and added as the
-    fewest ranks' value. Returns t0, t_rank and a predictor."""
-    per_rank = traffic + TABLE_ENTRY
-    rows = [(n * (rounds + 1), seconds - fabric - n * n * per_rank / bandwidth) for n, seconds, fabric in points]
-    count, sx, sy = len(rows), sum(x for x, _ in rows), sum(y for _, y in rows)
-    sxx, sxy = sum(x * x for x, _ in rows), sum(x * y for x, y in rows)
-    t_rank = max((count * sxy - sx * sy) / (count * sxx - sx * sx), 0.0)
-    t0 = max((sy - t_rank * sx) / count, 0.0)
-    fabric = min(points)[2]
-
-    def predict(n):
-        gather = n * n * per_rank / bandwidth
-        return fabric + t0 + n * (rounds + 1) * t_rank + gather, gather
-
-    return t0, t_rank, predict
-
-
-def model_lines(points, rounds: int, traffic: int, bandwidth: float) -> list[str]:
-    t0, t_rank, predict = model(points, rounds, traffic, bandwidth)
-    fabric = min(points)[2]
-    lines = [f"model of libmojoccl's set-up: T(n) = fabric + t0 + n ({rounds} + 1) t_rank + n^2 ({traffic} + "
-             f"{TABLE_ENTRY}) B / {bandwidth / 1e9:g} GB/s; fabric {fabric * 1e3:.1f} ms (the fewest ranks'), "
-             f"fitted t0 {t0 * 1e3:.2f} ms, t_rank {t_rank * 1e6:.1f} us",
-             "(measured: its fabric phase, then the rest; model: the rest, then the whole)",
-             f"{'ranks':>6}  {'fabric':>9}  {'the rest':>9}  {'model: rest':>11}  {'whole':>9}  {'root sending':>12}"]
-    measured = {n: (seconds, fabric) for n, seconds, fabric in points}
-    for n in sorted(set(measured) | set(MODEL_RANKS)):
-        total, gather = predict(n)
-        seconds, fabric = measured.get(n, (None, None))
-        seen = f"{fabric * 1e3:>6.1f} ms  {(seconds - fabric) * 1e3:>6.1f} ms" if seconds else f"{'':>9}  {'':>9}"
-        lines.append(f"{n:>6}  {seen}  {(total - min(points)[2]) * 1e3:>8.1f} ms  {total:>7.3f} s  "
-                     f"{gather / total:>11.0%}")
-    return lines
-
-
-def model_from(path: str, bandwidth: float) -> list[str]:
-    """The model, from a recorded run's table (its rounds and bytes from its model line)."""
-    text = open(path).read()
-    table = text.split("\nmodel of")[0]
-    rounds, traffic = (int(value) for value in
-                       re.search(r"n \((\d+) \+ 1\) t_rank \+ n\^2 \((\d+) \+", text).groups())
-    points = []
-    for line in table.splitlines():
-        fields = line.split()
-        if fields and fields[0].isdigit():
-            points.append((int(fields[0]), float(fields[7]) / 1e3, float(fields[11]) / 1e3))
-    return table.rstrip("\n").splitlines() + [""] + model_lines(points, rounds, traffic, bandwidth)
 
 
 def free_port() -> int:
@@ -143,7 +85,7 @@ def run_rank(args) -> None:
         result.update(init=time.time() - began, phases=library.setup_seconds(comm), rounds=rounds, traffic=traffic,
                       total=time.time() - start)
         store.add("done", 1)
-        while store.add("done", 0) < size:  # the root serves until every rank has set up
+        while store.add("done", 0) < size:  # none tears down while others still set up
             time.sleep(0.001)
         library.destroy(comm)
     print(json.dumps(result), flush=True)
@@ -190,9 +132,6 @@ def main(argv=None) -> None:
     parser.add_argument("--per-node", type=int, default=0, help="ranks per simulated node (0: one node)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--output")
-    parser.add_argument("--root-bandwidth", type=float, default=12.5e9,
-                        help="bytes per second the bootstrap root's host sends, for the model (12.5e9: 100 Gb/s)")
-    parser.add_argument("--model-from", metavar="FILE", help="print (and rewrite in FILE) the model of a recorded run")
     parser.add_argument("--rank-of", dest="kind", help=argparse.SUPPRESS)
     parser.add_argument("--backend", default="mojo", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -200,11 +139,6 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.kind:
         return run_rank(args)
-    if args.model_from:
-        lines = model_from(args.model_from, args.root_bandwidth)
-        with open(args.model_from, "w") as out:
-            out.write("\n".join(lines) + "\n")
-        return print("\n".join(lines))
     layout = f"simulated nodes of {args.per_node} rank(s)" if args.per_node else "one node"
     lines = [f"set-up time, {layout}: slowest rank, median of {args.rounds} rounds (ms)",
              "mojo's store, init and first: the slowest rank's TCPStore connection, init_process_group",
@@ -235,8 +169,8 @@ def main(argv=None) -> None:
                 "  ".join(f"{value:>13.1f}" for value in phase_medians))
         lines.append(line)
         print(line, flush=True)
-        points.append((ranks, medians["library"] / 1e3, phase_medians[3] / 1e3))
-    lines += [""] + model_lines(points, *traffic, args.root_bandwidth)
+    lines += ["", f"exchanges over the bootstrap's tree after the table: {traffic[0]}; "
+                  f"bytes a rank put into their all-gathers: {traffic[1]}"]
     if args.output:
         with open(args.output, "w") as out:
             out.write("\n".join(lines) + "\n")

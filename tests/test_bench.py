@@ -1,6 +1,7 @@
 """torch-mojo bench runs, checks its own results and writes its files."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -127,3 +128,20 @@ def test_latency_layers_times_each_layer(tmp_path):
         "dist.broadcast", "ncclBroadcast", "MPI_Bcast",
         "dist.all_to_all_single", "ncclAllToAllv", "MPI_Alltoall"], result.stdout
     assert all(time > 0 for _, time in rows), result.stdout
+
+
+def test_the_set_up_rehearsal_fits_its_points_and_models_a_cluster(tmp_path):
+    # benchmarks/setup_simulated.py with few ranks and one round, modelled
+    # from the recorded run across simulated nodes.
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "setup_simulated.py"), "--ranks", "16,64,128",
+                             "--rounds", "1", "--output", str(tmp_path / "out.txt")],
+                            capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path, start_new_session=True)
+    assert result.returncode == 0, result.stdout + result.stderr[-4000:]
+    text = (tmp_path / "out.txt").read_text()
+    measured = [line.split() for line in text.split("\n\n")[1].splitlines()[1:]]
+    assert [int(row[0]) for row in measured] == [16, 64, 128], text
+    assert all(float(row[-1].rstrip("x")) > 0 for row in measured), text
+    assert re.search(r"\b\d+ exchanges \(one all-gather of \d+ bytes a rank", text), text
+    model = text.split("model of a cluster")[1].splitlines()
+    assert model[-1].split()[0] == "10000" and model[-1].endswith(" s"), text

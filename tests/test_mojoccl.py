@@ -122,3 +122,75 @@ def test_strangers_on_the_bootstrap_port_do_not_disturb_the_job():
             stranger.sendall(payload)
     results = run_worker("ccl", 2, "init", env={"UNIQUE_ID_HEX": uid.hex()}, timeout=60)
     assert all("ok all_reduce" in result.stdout for result in results)
+
+
+# The bootstrap's tree (base/bootstrap_wire.h) at 19 ranks: rank 0 heads
+# ranks 1, 3, 5, 7, 10, 12, 14 and 16, each heading a run of 2 or 3
+# (rank 9 sits under 7, 13 under 12, 17 and 18 under 16).
+TREE = 19
+
+
+def test_a_tree_of_ranks_sets_up():
+    results = run_worker("ccl", TREE, "init", timeout=120)
+    assert all("ok all_reduce" in result.stdout for result in results)
+
+
+def test_the_first_rank_that_differs_is_found_below_the_top_of_the_tree():
+    results = run_worker("ccl", TREE, "init", timeout=120, rank_env={
+        13: {"MOJOCCL_ZERO_COPY": "0"}, 17: {"MOJOCCL_ALGO": "two_shot"}})
+    for result in results:
+        assert ("MOJOCCL_ZERO_COPY is '1' on rank 0 and '0' on rank 13: set it alike on every rank"
+                in result.stdout), result.stdout
+
+
+def test_the_lowest_failing_rank_below_the_top_of_the_tree_is_named():
+    results = run_worker("ccl", TREE, "init", timeout=120, rank_env={
+        9: {"MOJOCCL_ALGO": "fastest"}, 18: {"MOJOCCL_ALGO": "slowest"}})
+    for result in results:
+        assert "rank 9: MOJOCCL_ALGO=fastest is not valid" in result.stdout, result.stdout
+
+
+def test_a_thousand_ranks_rehearsed_in_threads_set_up_and_one_that_leaves_is_named():
+    # mojocclRehearseBootstrap: the ranks are threads of this process, each
+    # making 18 exchanges (5 all-gathers of 414 bytes in all), as a set-up
+    # across nodes makes them.
+    library = Library()
+    results = library.rehearse_bootstrap(library.unique_id(), 1000, range(1000), 18, 5, 414)
+    assert [status for _, status, _ in results] == [0] * 1000, results[:3]
+    # Rank 2 heads ranks 2..16 under rank 1; it leaves after the table, as a
+    # process that dies in set-up: every other rank fails at once, naming it.
+    results = library.rehearse_bootstrap(library.unique_id(), 1000, range(1000), 18, 5, 414, leaver=2)
+    for rank, (seconds, status, message) in enumerate(results):
+        if rank == 2:
+            continue
+        assert status == REMOTE_ERROR and "rank 2 " in message and "left the communicator set-up" in message, (
+            rank, message)
+        assert seconds < 20, (rank, seconds)
+
+
+def test_a_root_without_a_file_per_rank_tells_every_rank_what_to_raise():
+    # The root holds a connection per rank; where rank 0's process may open
+    # too few files, every rank learns it as it arrives.
+    import subprocess
+    import sys
+
+    root = subprocess.Popen(
+        [sys.executable, "-c",
+         "import resource, sys, time\n"
+         "resource.setrlimit(resource.RLIMIT_NOFILE, (100, 100))\n"
+         "from torch_mojo.mojoccl import Library\n"
+         "print(Library().unique_id().hex(), flush=True)\n"
+         "sys.stdin.read()\n"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        uid = bytes.fromhex(root.stdout.readline().strip())
+        library = Library()
+        start = time.monotonic()
+        results = library.rehearse_bootstrap(uid, 300, range(300), 0, 0, 0)
+        for seconds, status, message in results:
+            assert status == INVALID_USAGE and ("300 ranks need about 364 open files, and rank 0's process may open "
+                                                "100 (raise `ulimit -n` where rank 0 runs)") in message, message
+        assert time.monotonic() - start < 30
+    finally:
+        root.stdin.close()
+        root.wait(timeout=30)

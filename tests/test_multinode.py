@@ -365,8 +365,8 @@ def test_rails_with_ranks_out_of_step():
 
 
 def test_the_set_up_says_what_it_took():
-    # What benchmarks/setup_time.py's model is built from: the exchanges
-    # through the bootstrap root and their bytes, the phases' times.
+    # What benchmarks/setup_simulated.py's model is built from: the exchanges
+    # over the bootstrap's tree and their bytes, the phases' times.
     one_node = run_worker("ccl", 2, "init", timeout=60)
     two_nodes = run_worker("ccl", 2, "init", env=FABRIC, timeout=60, rank_env=on_nodes("a", "b"))
     for results, between in ((one_node, "no"), (two_nodes, "yes")):

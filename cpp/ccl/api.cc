@@ -479,6 +479,22 @@ MOJOCCL_API ncclResult_t mojocclCommSetupTraffic(ncclComm_t comm, int* rounds, u
   });
 }
 
+MOJOCCL_API ncclResult_t mojocclRehearseBootstrap(const ncclUniqueId* id, const mojocclRehearsal* plan,
+                                                  double* seconds, int* results, char* messages,
+                                                  size_t messageBytes) {
+  return guarded([&] {
+    if (id == nullptr || plan == nullptr || seconds == nullptr || results == nullptr)
+      mojoccl::fail(ncclInvalidArgument, "mojocclRehearseBootstrap: id, plan, seconds or results is NULL");
+    const auto rehearsed = mojoccl::rehearseBootstrap(*id, *plan);
+    for (size_t i = 0; i < rehearsed.size(); ++i) {
+      seconds[i] = rehearsed[i].seconds;
+      results[i] = rehearsed[i].status;
+      if (messages != nullptr && messageBytes > 0)
+        snprintf(messages + i * messageBytes, messageBytes, "%s", rehearsed[i].message.c_str());
+    }
+  });
+}
+
 MOJOCCL_API ncclResult_t ncclGroupStart(void) {
   ++groupDepth;
   return ncclSuccess;

@@ -100,7 +100,7 @@ class Comm {
   // How long this rank's set-up took, phase by phase (mojocclCommSetupSeconds).
   enum SetupPhase { kSetupBootstrap, kSetupSharedMemory, kSetupSettings, kSetupFabric, kSetupPeerWatch, kSetupPhases };
   const double* setupSeconds() const { return setupSeconds_; }
-  // The set-up's exchanges through the bootstrap root, and this rank's bytes in its all-gathers.
+  // The set-up's exchanges over the bootstrap's tree, and this rank's bytes in its all-gathers.
   int setupRounds() const { return setupRounds_; }
   uint64_t setupBytes() const { return setupBytes_; }
 

@@ -32,6 +32,12 @@ class UniqueId(ctypes.Structure):
     _fields_ = [("internal", ctypes.c_char * 128)]
 
 
+class Rehearsal(ctypes.Structure):
+    """mojocclRehearsal (nccl.h)."""
+    _fields_ = [(name, ctypes.c_int) for name in ("nranks", "first", "count", "rounds", "gathers")] + [
+        ("gatherBytes", ctypes.c_uint64), ("leaver", ctypes.c_int)]
+
+
 def _address(buffer):
     return buffer.data_ptr() if hasattr(buffer, "data_ptr") else buffer.ctypes.data
 
@@ -79,6 +85,9 @@ class Library:
         lib.mojocclDescribeFabric.argtypes = [code, ctypes.c_char_p, size]
         lib.mojocclFabricAutoProviders.restype = ctypes.c_char_p
         lib.mojocclFabricAutoProviders.argtypes = []
+        lib.mojocclRehearseBootstrap.argtypes = [ctypes.POINTER(UniqueId), ctypes.POINTER(Rehearsal),
+                                                 ctypes.POINTER(ctypes.c_double), ctypes.POINTER(code),
+                                                 ctypes.c_char_p, size]
 
     def check(self, code):
         if code != SUCCESS:
@@ -118,6 +127,22 @@ class Library:
         ctypes.memmove(ctypes.addressof(value), uid, 128)
         self.check(self.lib.ncclCommInitRank(ctypes.byref(handle), nranks, value, rank))
         return handle
+
+    def rehearse_bootstrap(self, uid: bytes, nranks: int, ranks: range, rounds: int, gathers: int,
+                           gather_bytes: int, leaver: int = -1) -> list[tuple[float, int, str]]:
+        """The bootstrap of `ranks` of an nranks communicator, each a thread
+        of this process, with a set-up's exchanges (nccl.h,
+        mojocclRehearseBootstrap): (seconds, ncclResult_t, message) a rank."""
+        value = UniqueId()
+        ctypes.memmove(ctypes.addressof(value), uid, 128)
+        plan = Rehearsal(nranks, ranks.start, len(ranks), rounds, gathers, gather_bytes, leaver)
+        count, message_bytes = len(ranks), 512
+        seconds, results = (ctypes.c_double * count)(), (ctypes.c_int * count)()
+        messages = ctypes.create_string_buffer(count * message_bytes)
+        self.check(self.lib.mojocclRehearseBootstrap(ctypes.byref(value), ctypes.byref(plan), seconds, results,
+                                                     messages, message_bytes))
+        texts = [messages.raw[i * message_bytes:(i + 1) * message_bytes].split(b"\0")[0].decode() for i in range(count)]
+        return list(zip(seconds, results, texts))
 
     def shared_tensor(self, count, dtype=None):
         """A tensor of `count` elements in ncclMemAlloc memory, which peers read
@@ -201,7 +226,7 @@ class Library:
         return list(seconds[: count.value])
 
     def setup_traffic(self, comm) -> tuple[int, int]:
-        """(the exchanges through the bootstrap root after the table of
+        """(the exchanges over the bootstrap's tree after the table of
         ranks, the bytes this rank put into them) of `comm`'s set-up."""
         rounds, count = ctypes.c_int(), ctypes.c_uint64()
         self.check(self.lib.mojocclCommSetupTraffic(comm, ctypes.byref(rounds), ctypes.byref(count)))

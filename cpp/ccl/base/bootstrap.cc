@@ -1,16 +1,18 @@
+// A rank's side of the bootstrap: its hello to the root, its place in the
+// tree, and the exchanges over the tree. An exchange goes up the tree
+// (each rank joins its children's parts to its own, or judges them) and
+// its result comes back down: about log8(n) steps, and no rank handles
+// more than its parent and eight children.
 #include "base/bootstrap.h"
 
-#include <netinet/in.h>
-#include <string.h>
-#include <sys/random.h>
 #include <sched.h>
+#include <string.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
-#include <functional>
-#include <memory>
-#include <thread>
 
+#include "base/bootstrap_wire.h"
 #include "base/error.h"
 #include "base/seal.h"
 #include "base/settings.h"
@@ -18,236 +20,15 @@
 namespace mojoccl {
 namespace {
 
-constexpr uint64_t kMagic = 0x4c43434f4a4f4d31ull;  // "MOJOCCL1"
-
-// What a unique id holds. It fits in NCCL's 128 bytes.
-struct IdContents {
-  uint64_t magic;
-  uint64_t secret;
-  uint32_t addressLength;
-  char address[sizeof(sockaddr_in6)];
-};
-static_assert(sizeof(IdContents) <= NCCL_UNIQUE_ID_BYTES, "unique id too large");
-
-struct Hello {
-  uint64_t magic;
-  uint64_t proof;  // SealKeys::hello: the unique id's secret, mixed with the job key
-  int32_t nranks;
-  RankInfo info;
-};
-
-// Every exchange after the table starts with this from each rank: its part
-// follows. An all-gather's reply holds every rank's part; a comparison's,
-// only the first part that differs from rank 0's (Difference).
-struct Request {
-  uint64_t bytes;
-  uint32_t compare;  // 1: the root compares the parts and answers with a verdict
-  uint32_t reserved;
-};
-
-// A comparison's verdict: the first rank whose part differs from rank 0's
-// (-1 where none does), then rank 0's part and, where one differs, that
-// rank's: a few hundred bytes whatever the number of ranks.
+// A comparison's answer as it travels up: the first rank of the subtree
+// whose part differs from the subtree's first rank's (-1 where none does),
+// then the first rank's part and, where one differs, that rank's. At the
+// top the first rank is rank 0: the answer is the Difference every rank gets.
 struct Verdict {
   int32_t differing;
 };
 
-// Every reply from the root starts with this; a non-zero status carries a
-// message of `bytes` characters instead of data.
-struct Reply {
-  int32_t status;
-  uint64_t bytes;
-};
-
-int64_t bootstrapTimeoutSeconds() {
-  return settingInt("MOJOCCL_BOOTSTRAP_TIMEOUT_S");
-}
-
-void sendReply(Socket& sock, int32_t status, const void* data, uint64_t bytes, Deadline deadline) {
-  Reply reply{status, bytes};
-  sock.sendAll(&reply, sizeof(reply), deadline);
-  if (bytes > 0) sock.sendAll(data, bytes, deadline);
-}
-
-void sendErrorToAll(std::vector<Socket>& peers, const std::string& message) {
-  Deadline soon = Clock::now() + std::chrono::seconds(5);
-  for (auto& peer : peers) {
-    if (!peer.valid()) continue;
-    try {
-      sendReply(peer, 1, message.data(), message.size(), soon);
-    } catch (const Error&) {
-      // That rank is gone already; the others still get the message.
-    }
-  }
-}
-
-std::string rankList(const std::vector<int>& ranks) {
-  std::string text;
-  for (int rank : ranks) text += (text.empty() ? "" : ", ") + std::to_string(rank);
-  return text;
-}
-
-// The root: gathers every rank's hello, hands out the table, then serves
-// all-gathers until every rank disconnects.
-class Root {
- public:
-  Root(Socket listener, uint64_t proof, int64_t timeoutSeconds)
-      : listener_(std::move(listener)), proof_(proof), timeout_(timeoutSeconds) {}
-
-  void run() {
-    try {
-      if (!gatherHellos()) return;
-      listener_.close();
-      serveAllGathers();
-    } catch (const Error& error) {
-      sendErrorToAll(peers_, std::string("bootstrap root: ") + error.what());
-    }
-  }
-
- private:
-  // Connections that are not our ranks (no hello, not libmojoccl's) are
-  // closed; those of another communicator or job key are told why. Neither
-  // holds up the ranks' hellos (acceptGreeted reads them side by side).
-  bool gatherHellos() {
-    Deadline deadline = Clock::now() + std::chrono::seconds(timeout_);
-    int nranks = -1;
-    int joined = 0;
-    bool failed = false;
-    auto greeted = [&](Socket& peer, const std::vector<char>& greeting) {
-      Hello hello;
-      memcpy(&hello, greeting.data(), sizeof(hello));
-      if (hello.magic != kMagic) return;  // not libmojoccl: closed
-      if (hello.proof != proof_) return turnAway(peer);
-      std::string problem = checkHello(hello, nranks);
-      if (!problem.empty()) {
-        peers_.push_back(std::move(peer));
-        sendErrorToAll(peers_, problem);
-        failed = true;
-        return;
-      }
-      if (nranks < 0) {
-        nranks = hello.nranks;
-        peers_.resize(nranks);
-        table_.resize(nranks);
-      }
-      table_[hello.info.rank] = hello.info;
-      peers_[hello.info.rank] = std::move(peer);
-      ++joined;
-    };
-    auto everyone = [&] { return failed || (nranks >= 0 && joined == nranks); };
-    if (!acceptGreeted(listener_, sizeof(Hello), deadline, everyone, greeted, [](Socket&, const std::string&) {})) {
-      reportMissing(nranks);
-      return false;
-    }
-    if (failed) return false;
-    Deadline sendBy = Clock::now() + std::chrono::seconds(timeout_);
-    for (auto& peer : peers_)
-      sendReply(peer, 0, table_.data(), table_.size() * sizeof(RankInfo), sendBy);
-    return true;
-  }
-
-  std::string checkHello(const Hello& hello, int nranks) {
-    const int rank = hello.info.rank;
-    if (nranks >= 0 && hello.nranks != nranks)
-      return "rank " + std::to_string(rank) + " was started for " +
-             std::to_string(hello.nranks) + " ranks, others for " + std::to_string(nranks) +
-             ": every rank must pass the same nranks";
-    int size = nranks >= 0 ? nranks : hello.nranks;
-    if (rank < 0 || rank >= size) return "rank " + std::to_string(rank) + " is out of range";
-    if (nranks >= 0 && peers_[rank].valid())
-      return "two processes both joined as rank " + std::to_string(rank) +
-             ": every rank must pass a different rank";
-    return "";
-  }
-
-  // A rank of another communicator, or of this one started with another
-  // job key: it learns why at once; the communicator goes on gathering.
-  void turnAway(Socket& peer) {
-    rejections_.record("a process at " + peer.peerName() +
-                       " whose unique id or MOJOCCL_JOB_KEY is not this communicator's");
-    try {
-      const std::string why =
-          "the bootstrap root turned this process away: its unique id or MOJOCCL_JOB_KEY is not the "
-          "communicator's (another job's id from the store, or a job key that differs from rank 0's; "
-          "docs/security.md)";
-      sendReply(peer, 1, why.data(), why.size(), Clock::now() + std::chrono::seconds(2));
-    } catch (const Error&) {
-      // It left already.
-    }
-  }
-
-  std::string turnedAwayNote() const {
-    const uint64_t count = rejections_.count();
-    if (count == 0) return "";
-    return " (" + std::to_string(count) + " process(es) presenting another unique id or MOJOCCL_JOB_KEY were "
-           "turned away: is MOJOCCL_JOB_KEY the same on every rank?)";
-  }
-
-  void reportMissing(int nranks) {
-    std::vector<int> missing;
-    for (int rank = 0; rank < nranks; ++rank)
-      if (!peers_[rank].valid()) missing.push_back(rank);
-    std::string who = nranks < 0 ? "no rank" : "rank(s) " + rankList(missing) + " of " +
-                                                   std::to_string(nranks);
-    sendErrorToAll(peers_, who + " did not join the communicator within " +
-                               std::to_string(timeout_) +
-                               " s (MOJOCCL_BOOTSTRAP_TIMEOUT_S); check that every rank "
-                               "reaches ncclCommInitRank with the same unique id" + turnedAwayNote());
-  }
-
-  void serveAllGathers() {
-    const int nranks = static_cast<int>(peers_.size());
-    while (true) {
-      Deadline deadline = Clock::now() + std::chrono::seconds(timeout_);
-      std::vector<char> gathered;
-      Request first{};
-      int closed = 0;
-      for (int rank = 0; rank < nranks; ++rank) {
-        Request request{};
-        if (!peers_[rank].recvAll(&request, sizeof(request), deadline)) {
-          peers_[rank].close();
-          ++closed;
-          continue;
-        }
-        if (rank - closed == 0) first = request;
-        if (request.bytes != first.bytes || request.compare != first.compare)
-          fail(ncclInternalError, "ranks sent set-up exchanges of different kinds or sizes");
-        size_t offset = gathered.size();
-        gathered.resize(offset + request.bytes);
-        peers_[rank].recvAll(gathered.data() + offset, request.bytes, deadline);
-      }
-      if (closed == nranks) return;  // set-up finished everywhere
-      if (closed > 0)
-        fail(ncclRemoteError, std::to_string(closed) +
-                                  " rank(s) left the communicator set-up while others were "
-                                  "still in it (a rank failed or exited)");
-      const std::vector<char> reply = first.compare ? verdictOn(gathered, first.bytes) : std::move(gathered);
-      for (auto& peer : peers_) sendReply(peer, 0, reply.data(), reply.size(), deadline);
-    }
-  }
-
-  // Every rank's part against rank 0's: the verdict (Verdict, rank 0's
-  // part, the first differing one's), in place of all n parts.
-  static std::vector<char> verdictOn(const std::vector<char>& parts, size_t bytes) {
-    const size_t nranks = bytes == 0 ? 0 : parts.size() / bytes;
-    Verdict verdict{-1};
-    for (size_t rank = 1; rank < nranks && verdict.differing < 0; ++rank)
-      if (memcmp(parts.data(), parts.data() + rank * bytes, bytes) != 0) verdict.differing = static_cast<int32_t>(rank);
-    std::vector<char> reply(sizeof(verdict));
-    memcpy(reply.data(), &verdict, sizeof(verdict));
-    reply.insert(reply.end(), parts.begin(), parts.begin() + bytes);
-    if (verdict.differing >= 0)
-      reply.insert(reply.end(), parts.begin() + verdict.differing * bytes, parts.begin() + (verdict.differing + 1) * bytes);
-    return reply;
-  }
-
-  Socket listener_;
-  uint64_t proof_;
-  Rejections rejections_{"the bootstrap root"};
-  int64_t timeout_;
-  std::vector<Socket> peers_;
-  std::vector<RankInfo> table_;
-};
+constexpr auto kTimeToTell = std::chrono::seconds(5);  // to pass a failure on, past the deadline
 
 uint64_t hashString(const std::string& text) {
   uint64_t hash = 1469598103934665603ull;  // FNV-1a
@@ -255,38 +36,59 @@ uint64_t hashString(const std::string& text) {
   return hash;
 }
 
-// Reads one reply; throws the root's message when it reports a failure.
-std::vector<char> readReply(Socket& sock, Deadline deadline) {
-  Reply reply{};
-  if (!sock.recvAll(&reply, sizeof(reply), deadline))
+// The root's answer; throws its message where it reports a failure.
+std::vector<char> readRootAnswer(Socket& root, Deadline deadline) {
+  wire::Message header{};
+  std::vector<char> data;
+  if (!wire::receiveMessage(root, header, data, deadline))
     fail(ncclRemoteError, "the bootstrap root closed the connection (the process that "
                           "called ncclGetUniqueId exited or failed)");
-  std::vector<char> data(reply.bytes);
-  if (reply.bytes > 0) sock.recvAll(data.data(), reply.bytes, deadline);
-  if (reply.status != 0) fail(ncclInvalidUsage, std::string(data.begin(), data.end()));
+  if (header.status != 0) fail(static_cast<ncclResult_t>(header.status), std::string(data.begin(), data.end()));
   return data;
 }
 
-}  // namespace
-
-ncclUniqueId createUniqueId() {
-  SocketAddress address = chooseBootstrapAddress();
-  Socket listener = Socket::listenOn(address);
-  IdContents contents{};
-  contents.magic = kMagic;
-  if (getrandom(&contents.secret, sizeof(contents.secret), 0) != sizeof(contents.secret))
-    failSystem("getrandom");
-  contents.addressLength = address.length;
-  memcpy(contents.address, &address.storage, address.length);
-
-  const uint64_t proof = deriveSealKeys(contents.secret).hello;
-  auto root = std::make_shared<Root>(std::move(listener), proof, bootstrapTimeoutSeconds());
-  std::thread([root] { root->run(); }).detach();
-
-  ncclUniqueId id{};
-  memcpy(id.internal, &contents, sizeof(contents));
-  return id;
+std::vector<char> verdictOf(const char* part, size_t bytes) {
+  std::vector<char> verdict(sizeof(Verdict));
+  const Verdict none{-1};
+  memcpy(verdict.data(), &none, sizeof(none));
+  verdict.insert(verdict.end(), part, part + bytes);
+  return verdict;
 }
+
+int32_t differingIn(const std::vector<char>& verdict) {
+  Verdict read{};
+  memcpy(&read, verdict.data(), sizeof(read));
+  return read.differing;
+}
+
+// Joins the verdict of a later subtree, whose first rank is `first`, to
+// that of the ranks before it: the earlier difference stands; else the
+// later subtree's first part, where it differs; else its own difference.
+void joinVerdicts(std::vector<char>& earlier, const std::vector<char>& later, int first, size_t bytes) {
+  if (differingIn(earlier) >= 0) return;
+  const char* ours = earlier.data() + sizeof(Verdict);
+  const char* theirs = later.data() + sizeof(Verdict);
+  Verdict joined{-1};
+  if (memcmp(ours, theirs, bytes) != 0) {
+    joined.differing = first;
+  } else if (differingIn(later) >= 0) {
+    joined.differing = differingIn(later);
+    theirs += bytes;
+  } else {
+    return;
+  }
+  memcpy(earlier.data(), &joined, sizeof(joined));
+  earlier.insert(earlier.end(), theirs, theirs + bytes);
+}
+
+// How many bytes a child's message for an exchange must hold.
+bool sizedRight(const std::vector<char>& data, size_t bytes, bool compare, const Subtree& child) {
+  if (!compare) return data.size() == bytes * static_cast<size_t>(child.end - child.rank);
+  if (data.size() < sizeof(Verdict)) return false;
+  return data.size() == sizeof(Verdict) + bytes * (differingIn(data) >= 0 ? 2 : 1);
+}
+
+}  // namespace
 
 RankInfo describeThisRank(int rank) {
   RankInfo info{};
@@ -308,34 +110,165 @@ RankInfo describeThisRank(int rank) {
 
 Bootstrap::Bootstrap(const ncclUniqueId& id, const RankInfo& mine, int nranks, Deadline deadline)
     : deadline_(deadline), rank_(mine.rank) {
-  IdContents contents{};
+  wire::IdContents contents{};
   memcpy(&contents, id.internal, sizeof(contents));
-  if (contents.magic != kMagic || contents.addressLength == 0 ||
-      contents.addressLength > sizeof(contents.address))
+  if (contents.magic != wire::kMagic || !contents.root.valid())
     fail(ncclInvalidArgument, "the unique id was not made by libmojoccl's ncclGetUniqueId "
                               "(is every rank loading the same collective library?)");
-  SocketAddress root;
-  root.length = contents.addressLength;
-  memcpy(&root.storage, contents.address, contents.addressLength);
-
   keys_ = deriveSealKeys(contents.secret);
-  socket_ = Socket::connectTo(root, deadline);
-  Hello hello{kMagic, keys_.hello, nranks, mine};
-  socket_.sendAll(&hello, sizeof(hello), deadline);
-  std::vector<char> table = readReply(socket_, deadline);
-  if (table.size() != nranks * sizeof(RankInfo))
-    fail(ncclInternalError, "bootstrap root sent a rank table of the wrong size");
+  const wire::TreeLinks links = wire::treeLinks(rank_, nranks);
+  parentRank_ = links.parent;
+
+  Socket listener;
+  wire::PackedAddress listening{};
+  if (!links.children.empty()) {
+    SocketAddress address = chooseBootstrapAddress();
+    listener = Socket::listenOn(address);
+    listening = wire::PackedAddress::of(address);
+  }
+  Socket root = Socket::connectTo(contents.root.unpack(), deadline);
+  const wire::Hello hello{wire::kMagic, keys_.hello, nranks, mine, listening};
+  root.sendAll(&hello, sizeof(hello), deadline);
+  std::vector<char> answer = readRootAnswer(root, deadline);
+  root.close();
+
+  if (parentRank_ >= 0) connectToParent(answer);
+  acceptChildren(listener, links.children);
+  // The table comes down the tree from rank 0, which the root gave it.
+  Outcome table = parentRank_ < 0 ? Outcome{0, std::move(answer)} : fromParent(sizeof(RankInfo), false);
+  handDown(table, sizeof(RankInfo), false);
+  if (table.data.size() != nranks * sizeof(RankInfo))
+    fail(ncclInternalError, "the bootstrap's table of ranks has the wrong size");
   ranks_.resize(nranks);
-  memcpy(ranks_.data(), table.data(), table.size());
+  memcpy(ranks_.data(), table.data.data(), table.data.size());
+}
+
+void Bootstrap::connectToParent(const std::vector<char>& answer) {
+  wire::PackedAddress parent{};
+  if (answer.size() != sizeof(parent)) fail(ncclInternalError, "the bootstrap root sent a parent's address of the wrong size");
+  memcpy(&parent, answer.data(), sizeof(parent));
+  parent_ = Socket::connectTo(parent.unpack(), deadline_);
+  const wire::TreeHello hello{wire::kMagic, keys_.hello, rank_, 0};
+  parent_.sendAll(&hello, sizeof(hello), deadline_);
+}
+
+// Takes the connections of this rank's children, each of which proves it
+// holds the unique id and names its rank; any other is closed and counted.
+void Bootstrap::acceptChildren(Socket& listener, const std::vector<Subtree>& children) {
+  children_.resize(children.size());
+  size_t joined = 0;
+  auto turnAway = [&](Socket& socket, const std::string& why) {
+    rejections_.record("a connection from " + socket.peerName() + " (" + why + ")");
+  };
+  auto greeted = [&](Socket& socket, const std::vector<char>& greeting) {
+    wire::TreeHello said;
+    memcpy(&said, greeting.data(), sizeof(said));
+    auto child = std::find_if(children.begin(), children.end(), [&](const Subtree& c) { return c.rank == said.rank; });
+    if (said.magic != wire::kMagic || said.proof != keys_.hello) return turnAway(socket, "not of this communicator");
+    const size_t index = child - children.begin();
+    if (child == children.end() || children_[index].socket.valid())
+      return turnAway(socket, "it claimed rank " + std::to_string(said.rank) + ", not a child still expected");
+    children_[index] = {*child, std::move(socket)};
+    ++joined;
+  };
+  if (children.empty()) return;
+  if (!acceptGreeted(listener, sizeof(wire::TreeHello), deadline_, [&] { return joined == children.size(); }, greeted,
+                     turnAway))
+    fail(ncclRemoteError, "rank " + std::to_string(rank_) + "'s children in the bootstrap's tree did not all connect "
+                          "within MOJOCCL_BOOTSTRAP_TIMEOUT_S (a rank failed after joining)");
 }
 
 std::vector<char> Bootstrap::exchange(const void* mine, size_t bytes, bool compare) {
   ++rounds_;
   if (!compare) bytesGathered_ += bytes;
-  Request request{bytes, compare ? 1u : 0u, 0};
-  socket_.sendAll(&request, sizeof(request), deadline_);
-  socket_.sendAll(mine, bytes, deadline_);
-  return readReply(socket_, deadline_);
+  Outcome result = gatherSubtree(static_cast<const char*>(mine), bytes, compare);
+  if (parentRank_ >= 0) result = passUp(result, bytes, compare);
+  handDown(result, bytes, compare);
+  return std::move(result.data);
+}
+
+// This rank's part joined to its children's: every part of the subtree in
+// rank order (an all-gather), or their verdict (a comparison); or the
+// first failure among them. Every child's message is read, failure or not,
+// so that none is left unread when the connections close.
+Bootstrap::Outcome Bootstrap::gatherSubtree(const char* mine, size_t bytes, bool compare) {
+  Outcome subtree{0, compare ? verdictOf(mine, bytes) : std::vector<char>(mine, mine + bytes)};
+  for (Child& child : children_) {
+    const Subtree& below = child.subtree;
+    const std::string who = "rank " + std::to_string(below.rank) +
+                            (below.end - below.rank == 1 ? "" : " (or one of ranks " + std::to_string(below.rank + 1) +
+                                                                    ".." + std::to_string(below.end - 1) +
+                                                                    " below it in the bootstrap's tree)");
+    wire::Message header{};
+    std::vector<char> data;
+    Outcome heard{0, {}};
+    try {
+      if (!wire::receiveMessage(child.socket, header, data, deadline_))
+        heard = Outcome::failed(ncclRemoteError, who + " left the communicator set-up while others were still in it "
+                                         "(a rank failed or exited)");
+    } catch (const Error& error) {
+      heard = Outcome::failed(error.code(), who + " did not take part in a set-up exchange: " + error.what());
+    }
+    if (heard.status == 0 && header.status != 0) heard = {header.status, data};
+    if (heard.status == 0 && (header.compare != compare || header.partBytes != bytes || !sizedRight(data, bytes, compare, child.subtree)))
+      heard = Outcome::failed(ncclInternalError, "ranks sent set-up exchanges of different kinds or sizes");
+    if (subtree.status != 0) continue;
+    if (heard.status != 0)
+      subtree = heard;
+    else if (compare)
+      joinVerdicts(subtree.data, data, child.subtree.rank, bytes);
+    else
+      subtree.data.insert(subtree.data.end(), data.begin(), data.end());
+  }
+  return subtree;
+}
+
+// Sends the subtree's outcome to the parent; its answer is the exchange's.
+Bootstrap::Outcome Bootstrap::passUp(const Outcome& subtree, size_t bytes, bool compare) {
+  try {
+    const Deadline by = subtree.status == 0 ? deadline_ : Clock::now() + kTimeToTell;
+    wire::sendMessage(parent_, {subtree.status, compare, bytes, subtree.data.size()}, subtree.data.data(), by);
+  } catch (const Error&) {
+    // The parent is gone; reading from it says so.
+  }
+  return fromParent(bytes, compare);
+}
+
+Bootstrap::Outcome Bootstrap::fromParent(size_t bytes, bool compare) {
+  const std::string parent = "rank " + std::to_string(parentRank_) + " (this rank's parent in the bootstrap's tree)";
+  wire::Message header{};
+  Outcome answer{0, {}};
+  try {
+    if (!wire::receiveMessage(parent_, header, answer.data, deadline_))
+      return Outcome::failed(ncclRemoteError, parent + " left the communicator set-up while others were still in it "
+                                        "(a rank failed or exited)");
+  } catch (const Error& error) {
+    return Outcome::failed(error.code(), parent + " did not answer a set-up exchange: " + error.what());
+  }
+  if (header.status != 0) return {header.status, std::move(answer.data)};
+  if (header.compare != compare || header.partBytes != bytes)
+    return Outcome::failed(ncclInternalError, "ranks sent set-up exchanges of different kinds or sizes");
+  return answer;
+}
+
+// Passes the exchange's result (or its failure) to every child, then
+// fails with that failure.
+void Bootstrap::handDown(const Outcome& result, size_t bytes, bool compare) {
+  const Deadline by = result.status == 0 ? deadline_ : Clock::now() + kTimeToTell;
+  for (Child& child : children_) {
+    try {
+      wire::sendMessage(child.socket, {result.status, compare, bytes, result.data.size()}, result.data.data(), by);
+    } catch (const Error&) {
+      // That child is gone; its own children learn it from their reads.
+    }
+  }
+  if (result.status != 0)
+    fail(static_cast<ncclResult_t>(result.status), std::string(result.data.begin(), result.data.end()));
+}
+
+void Bootstrap::close() {
+  parent_.close();
+  children_.clear();
 }
 
 std::vector<char> Bootstrap::allGather(const void* mine, size_t bytes) {
@@ -347,14 +280,13 @@ std::vector<char> Bootstrap::allGather(const void* mine, size_t bytes) {
 
 Bootstrap::Difference Bootstrap::firstDifference(const void* mine, size_t bytes) {
   std::vector<char> reply = exchange(mine, bytes, true);
-  Verdict verdict{};
-  if (reply.size() < sizeof(verdict)) fail(ncclInternalError, "bootstrap comparison returned too little");
-  memcpy(&verdict, reply.data(), sizeof(verdict));
-  const size_t expected = sizeof(verdict) + bytes * (verdict.differing >= 0 ? 2 : 1);
+  if (reply.size() < sizeof(Verdict)) fail(ncclInternalError, "bootstrap comparison returned too little");
+  const int32_t differing = differingIn(reply);
+  const size_t expected = sizeof(Verdict) + bytes * (differing >= 0 ? 2 : 1);
   if (reply.size() != expected) fail(ncclInternalError, "bootstrap comparison returned the wrong size");
-  const char* parts = reply.data() + sizeof(verdict);
-  Difference difference{verdict.differing, std::vector<char>(parts, parts + bytes), {}};
-  if (verdict.differing >= 0) difference.theirs.assign(parts + bytes, parts + 2 * bytes);
+  const char* parts = reply.data() + sizeof(Verdict);
+  Difference difference{differing, std::vector<char>(parts, parts + bytes), {}};
+  if (differing >= 0) difference.theirs.assign(parts + bytes, parts + 2 * bytes);
   return difference;
 }
 

@@ -2,11 +2,13 @@
 //
 // ncclGetUniqueId() starts a root thread listening on this host's bootstrap
 // address; the unique id carries that address and a random secret. Every
-// rank of ncclCommInitRank connects to the root, proves it knows the secret
-// (and the job key, seal.h), and receives the table of all ranks. Until the
-// communicator is set up the root then serves its exchanges: all-gathers
-// (shared-memory names, fabric addresses) and comparisons answered with a
-// verdict (settings, set-up errors); when every rank has disconnected it exits.
+// rank of ncclCommInitRank connects to the root and proves it knows the
+// secret (and the job key, seal.h). The root answers rank 0 with the table
+// of all ranks and every other rank with its parent's address in a tree of
+// the ranks (bootstrap_wire.h), and is done. Until the communicator is set
+// up the ranks exchange over the tree: all-gathers (shared-memory names,
+// fabric addresses) and comparisons answered with a verdict (settings,
+// set-up errors), each up the tree and back down.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +20,12 @@
 #include "mojoccl/nccl.h"
 
 namespace mojoccl {
+
+// A rank of the bootstrap's tree with the ranks below it: [rank, end).
+struct Subtree {
+  int rank;
+  int end;
+};
 
 struct RankInfo {
   int32_t rank;
@@ -32,6 +40,14 @@ ncclUniqueId createUniqueId();
 
 // This process's RankInfo.
 RankInfo describeThisRank(int rank);
+
+// What each rank of mojocclRehearseBootstrap saw (nccl.h).
+struct Rehearsed {
+  double seconds = 0;
+  int status = 0;
+  std::string message;
+};
+std::vector<Rehearsed> rehearseBootstrap(const ncclUniqueId& id, const mojocclRehearsal& plan);
 
 class Bootstrap {
  public:
@@ -68,22 +84,43 @@ class Bootstrap {
   // The same for several (name, value) pairs, in one exchange.
   void requireSameSettings(const std::vector<std::pair<std::string, std::string>>& settings);
 
-  void close() { socket_.close(); }
+  void close();
 
-  // The exchanges through the root since the table, and the bytes this
-  // rank put into the all-gathers among them (the root sends every rank
-  // every rank's part of those): what the root's work grows with.
+  // The exchanges over the tree since the table, and the bytes this rank
+  // put into the all-gathers among them (every rank receives every rank's
+  // part of those): what set-up's time grows with.
   int rounds() const { return rounds_; }
   uint64_t bytesGathered() const { return bytesGathered_; }
 
  private:
-  std::vector<char> exchange(const void* mine, size_t bytes, bool compare);
+  // What an exchange brings: data, or a failure (a non-zero ncclResult_t
+  // and its message in `data`).
+  struct Outcome {
+    int32_t status;
+    std::vector<char> data;
+    static Outcome failed(int32_t status, const std::string& why) { return {status, {why.begin(), why.end()}}; }
+  };
+  struct Child {
+    Subtree subtree;
+    Socket socket;
+  };
 
-  Socket socket_;
+  void connectToParent(const std::vector<char>& rootsAnswer);
+  void acceptChildren(Socket& listener, const std::vector<Subtree>& children);
+  std::vector<char> exchange(const void* mine, size_t bytes, bool compare);
+  Outcome gatherSubtree(const char* mine, size_t bytes, bool compare);
+  Outcome passUp(const Outcome& subtree, size_t bytes, bool compare);
+  Outcome fromParent(size_t bytes, bool compare);
+  void handDown(const Outcome& result, size_t bytes, bool compare);
+
   std::vector<RankInfo> ranks_;
   SealKeys keys_;
   Deadline deadline_;
   int rank_;
+  int parentRank_ = -1;
+  Socket parent_;
+  std::vector<Child> children_;
+  Rejections rejections_{"a rank's bootstrap listener"};
   int rounds_ = 0;
   uint64_t bytesGathered_ = 0;
 };

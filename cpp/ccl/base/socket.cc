@@ -160,7 +160,9 @@ Socket Socket::listenOn(SocketAddress& address) {
   setsockopt(sock.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   if (::bind(sock.fd(), reinterpret_cast<sockaddr*>(&address.storage), address.length) != 0)
     failSystem("bind " + address.toString());
-  if (::listen(sock.fd(), 1024) != 0) failSystem("listen");
+  // Every rank of a large job reaches the bootstrap root at once: as long
+  // a queue as the kernel allows (it caps this at net.core.somaxconn).
+  if (::listen(sock.fd(), 65535) != 0) failSystem("listen");
   socklen_t length = address.length;
   if (getsockname(sock.fd(), reinterpret_cast<sockaddr*>(&address.storage), &length) != 0)
     failSystem("getsockname");
@@ -182,8 +184,10 @@ Socket Socket::connectTo(const SocketAddress& address, Deadline deadline) {
       configureConnected(sock.fd());
       return sock;
     }
-    bool retry = errno == ECONNREFUSED || errno == ETIMEDOUT || errno == EAGAIN ||
-                 errno == EINTR || errno == ENETUNREACH || errno == EHOSTUNREACH;
+    // EADDRNOTAVAIL: this host is out of local ports for the moment (many
+    // ranks' connections opening and closing at once).
+    bool retry = errno == ECONNREFUSED || errno == ETIMEDOUT || errno == EAGAIN || errno == EINTR ||
+                 errno == ENETUNREACH || errno == EHOSTUNREACH || errno == EADDRNOTAVAIL;
     if (!retry) failSystem("connect to " + address.toString());
     if (Clock::now() + pause > deadline)
       fail(ncclRemoteError, "could not reach " + address.toString() + " before the timeout: " +
@@ -235,7 +239,10 @@ bool Socket::recvAll(void* data, size_t bytes, Deadline deadline) {
     ssize_t got = ::recv(fd_, cursor + received, bytes - received, 0);
     if (got < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
-      failSystem("recv");
+      // A peer that exits with data it never read resets the connection
+      // instead of closing it: it is gone all the same.
+      if (errno != ECONNRESET) failSystem("recv");
+      got = 0;
     }
     if (got == 0) {
       if (received == 0) return false;

@@ -207,12 +207,34 @@ ncclResult_t mojocclCommCoreSharing(ncclComm_t comm, int* ranks, int* cpus);
  * *count phases are written; *count becomes the number written. */
 ncclResult_t mojocclCommSetupSeconds(ncclComm_t comm, double* seconds, int* count);
 
-/* libmojoccl's own: how many exchanges through the bootstrap root this
+/* libmojoccl's own: how many exchanges over the bootstrap's tree this
  * rank's set-up took after the table of ranks, and the bytes this rank put
- * into those that are all-gathers (the root sends every rank every rank's
- * part; the others it answers with a verdict of a few hundred bytes): what
- * the model of set-up time (benchmarks/setup_time.py) is built from. */
+ * into those that are all-gathers (every rank receives every rank's part;
+ * the others end in a verdict of a few hundred bytes): what the model of
+ * set-up time (benchmarks/setup_time.py) is built from. */
 ncclResult_t mojocclCommSetupTraffic(ncclComm_t comm, int* rounds, uint64_t* bytes);
+
+/* libmojoccl's own: the bootstrap rehearsed at a scale no machine's
+ * processes reach. Ranks [first, first + count) of an nranks communicator,
+ * each a thread of the calling process, join the root named by `id` (made
+ * by ncclGetUniqueId in any process) and make `rounds` exchanges over the
+ * tree as a set-up makes them: `gathers` all-gathers sharing `gatherBytes`
+ * a rank, the rest comparisons of 512 bytes. Rank `leaver` (-1: none)
+ * leaves after the table, as a process that dies in set-up does. */
+typedef struct {
+  int nranks;
+  int first;
+  int count;
+  int rounds;
+  int gathers;
+  uint64_t gatherBytes;
+  int leaver;
+} mojocclRehearsal;
+/* For each of its ranks i: seconds[i] from the common start (every thread
+ * made) to the end of its last exchange, results[i] its ncclResult_t and, where that is not ncclSuccess,
+ * its message at messages + i * messageBytes (cut to fit). */
+ncclResult_t mojocclRehearseBootstrap(const ncclUniqueId* id, const mojocclRehearsal* plan, double* seconds,
+                                      int* results, char* messages, size_t messageBytes);
 
 /* libmojoccl's own: how many connections and messages from outside `comm`
  * this rank has turned away (docs/security.md): connections to its node
