@@ -1,6 +1,8 @@
-"""How long a job takes to set up, as ranks grow: every rank's imports
-done, the time from a common start to the end of the first all_reduce,
-slowest rank, median over rounds (the backends alternating in each round).
+"""How long a job takes to set up, as ranks grow: every rank's imports and
+register_mojo_devices() done (across nodes, as its LOCAL_WORLD_SIZE says,
+that starts loading libfabric in the background), the time from a common
+start to the end of the first all_reduce, slowest rank, median over rounds
+(the backends alternating in each round).
 
   torch     a TCPStore client (its server runs in the launcher, as
             torchrun's agent runs it), init_process_group on it, a first
@@ -102,7 +104,7 @@ def one_run(kind: str, backend: str, ranks: int, per_node: int) -> list[dict]:
         processes = []
         for rank in range(ranks):
             env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(ranks), TORCH_MOJO_BACKEND_TRACE="0",
-                       OMP_NUM_THREADS="1")
+                       OMP_NUM_THREADS="1", LOCAL_WORLD_SIZE=str(per_node or ranks))
             if per_node:
                 env["MOJOCCL_HOSTID"] = f"node{rank // per_node}"
             processes.append(subprocess.Popen(

@@ -550,3 +550,38 @@ def test_nodes_in_separate_network_namespaces(two_namespaces):
         assert "checked" in result.stdout
         space = two_namespaces[result.rank // 2]
         assert f"between nodes: tcp;ofi_rxm on {space} " in result.stderr, result.stderr[-2000:]
+
+
+PRELOAD_SCRIPT = """
+import os, signal, time
+import torch_mojo
+torch_mojo.register_mojo_devices()
+time.sleep(0.05)  # the load has begun: provider libraries probe for their hardware
+seen = []
+signal.signal(signal.SIGTERM, lambda *_: seen.append('handled'))
+child = os.fork()
+if child == 0:
+    import ctypes
+    ctypes.CDLL('libz.so.1')  # the dynamic loader is free in the child
+    os._exit(7)
+print('child', os.waitpid(child, 0)[1] >> 8, flush=True)
+time.sleep(1)
+print('libfabric loaded', 'libfabric' in open('/proc/self/maps').read(), flush=True)
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(0.2)
+print('SIGTERM', seen, flush=True)
+"""
+
+
+@pytest.mark.parametrize("local_world, loaded", [("1", "True"), ("2", "False")], ids=["across nodes", "one node"])
+def test_a_job_across_nodes_loads_libfabric_in_the_background(local_world, loaded):
+    # register_mojo_devices() starts the load where LOCAL_WORLD_SIZE is below
+    # WORLD_SIZE; a fork meanwhile gets a usable loader, and a handler the
+    # program installs during the load stays (the load puts back only those
+    # that provider libraries install).
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2",
+           "LOCAL_WORLD_SIZE": local_world}
+    result = subprocess.run([sys.executable, "-c", PRELOAD_SCRIPT], capture_output=True, text=True, timeout=60, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert "child 7" in result.stdout and f"libfabric loaded {loaded}" in result.stdout, result.stdout
+    assert "SIGTERM ['handled']" in result.stdout, result.stdout

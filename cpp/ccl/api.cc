@@ -17,6 +17,7 @@
 #include "device/staging.h"
 #include "mojoccl/nccl.h"
 #include "transports/fabric.h"
+#include "transports/libfabric.h"
 #include "transports/shared_regions.h"
 
 #define MOJOCCL_API extern "C" __attribute__((visibility("default")))
@@ -477,6 +478,10 @@ MOJOCCL_API ncclResult_t mojocclCommSetupTraffic(ncclComm_t comm, int* rounds, u
     *rounds = comm->impl.setupRounds();
     *bytes = comm->impl.setupBytes();
   });
+}
+
+MOJOCCL_API ncclResult_t mojocclPreloadFabric(void) {
+  return guarded([] { mojoccl::LibFabric::preload(); });
 }
 
 MOJOCCL_API ncclResult_t mojocclRehearseBootstrap(const ncclUniqueId* id, const mojocclRehearsal* plan,

@@ -166,6 +166,16 @@ def _devices():
     return ["cpu"] + ([kind] if kind else [])
 
 
+def _preload_fabric_where_the_job_spans_nodes():
+    """A job across nodes starts loading libfabric now, in the background,
+    rather than at its first communicator: a process's load takes hundreds
+    of ms where provider libraries probe for their hardware."""
+    if launcher.spans_nodes():
+        from torch_mojo.mojoccl import Library
+
+        Library().preload_fabric()
+
+
 def register():
     global _registered
     check_environment()
@@ -193,4 +203,5 @@ def register():
         # then is reported; Ctrl-C reaches the watchdog too.
         atexit.register(_C._before_exit)
         _C._watch_for_interrupts()
+        _preload_fabric_where_the_job_spans_nodes()
         _registered = True

@@ -95,6 +95,16 @@ def _ranks(kind):
             _first("MPI_LOCALNRANKS", "PMI_LOCAL_SIZE"))
 
 
+def spans_nodes() -> bool:
+    """Whether this rank's job has ranks on other nodes, as its launcher
+    says: LOCAL_WORLD_SIZE below WORLD_SIZE (torchrun's, or srun's and
+    mpirun's once adopted)."""
+    try:
+        return int(os.environ["WORLD_SIZE"]) > int(os.environ["LOCAL_WORLD_SIZE"])
+    except (KeyError, ValueError):
+        return False
+
+
 def hosts(nodelist: str) -> list[str]:
     """The hosts of a SLURM node list, in order: "nid[0012-0013,0020],login1"
     -> ["nid0012", "nid0013", "nid0020", "login1"]."""

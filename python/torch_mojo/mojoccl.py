@@ -85,6 +85,7 @@ class Library:
         lib.mojocclDescribeFabric.argtypes = [code, ctypes.c_char_p, size]
         lib.mojocclFabricAutoProviders.restype = ctypes.c_char_p
         lib.mojocclFabricAutoProviders.argtypes = []
+        lib.mojocclPreloadFabric.argtypes = []
         lib.mojocclRehearseBootstrap.argtypes = [ctypes.POINTER(UniqueId), ctypes.POINTER(Rehearsal),
                                                  ctypes.POINTER(ctypes.c_double), ctypes.POINTER(code),
                                                  ctypes.c_char_p, size]
@@ -127,6 +128,10 @@ class Library:
         ctypes.memmove(ctypes.addressof(value), uid, 128)
         self.check(self.lib.ncclCommInitRank(ctypes.byref(handle), nranks, value, rank))
         return handle
+
+    def preload_fabric(self) -> None:
+        """Starts loading libfabric in the background (nccl.h, mojocclPreloadFabric)."""
+        self.check(self.lib.mojocclPreloadFabric())
 
     def rehearse_bootstrap(self, uid: bytes, nranks: int, ranks: range, rounds: int, gathers: int,
                            gather_bytes: int, leaver: int = -1) -> list[tuple[float, int, str]]:

@@ -2,11 +2,17 @@
 
 #include <dlfcn.h>
 #include <glob.h>
+#include <link.h>
+#include <pthread.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <cstdint>
 #include <iterator>
 #include <memory>
 #include <mutex>
+#include <thread>
+#include <utility>
 
 #include "base/error.h"
 #include "base/settings.h"
@@ -68,7 +74,86 @@ LibFabric load() {
            "or set MOJOCCL_LIBFABRIC to its libfabric.so.1");
 }
 
+// The segments of every object loaded now.
+std::vector<std::pair<uintptr_t, uintptr_t>> loadedSegments() {
+  std::vector<std::pair<uintptr_t, uintptr_t>> segments;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) {
+        auto& found = *static_cast<std::vector<std::pair<uintptr_t, uintptr_t>>*>(out);
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& header = info->dlpi_phdr[i];
+          if (header.p_type == PT_LOAD)
+            found.emplace_back(info->dlpi_addr + header.p_vaddr, info->dlpi_addr + header.p_vaddr + header.p_memsz);
+        }
+        return 0;
+      },
+      &segments);
+  return segments;
+}
+
+// The code loaded before the first SignalHandlersKept: the program's.
+const std::vector<std::pair<uintptr_t, uintptr_t>>& programsCode() {
+  static const auto segments = loadedSegments();
+  return segments;
+}
+
+bool isHandler(void (*handler)(int)) {
+  return handler != SIG_DFL && handler != SIG_IGN && handler != SIG_ERR;
+}
+
+// The state of preload(): fork() waits while it loads (forkWaits).
+struct Preload {
+  std::mutex mutex;
+  std::condition_variable finished;
+  bool loading = false;
+  std::thread::id loader;
+};
+Preload& preloadState() {
+  static Preload* state = new Preload;  // never destroyed: a fork at exit may still ask
+  return *state;
+}
+
+void forkWaits() {
+  Preload& state = preloadState();
+  std::unique_lock<std::mutex> lock(state.mutex);
+  if (std::this_thread::get_id() != state.loader) state.finished.wait(lock, [&] { return !state.loading; });
+}
+
+void childForgetsTheLoad() {
+  new (&preloadState().mutex) std::mutex;  // the child has one thread: no load runs in it
+  preloadState().loading = false;
+}
+
 }  // namespace
+
+void LibFabric::preload() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    Preload& state = preloadState();
+    {
+      std::lock_guard<std::mutex> lock(state.mutex);
+      state.loading = true;
+    }
+    pthread_atfork(forkWaits, nullptr, childForgetsTheLoad);
+    std::thread([&state] {
+      {
+        std::lock_guard<std::mutex> lock(state.mutex);
+        state.loader = std::this_thread::get_id();
+      }
+      try {
+        // The library alone: its providers are initialised at the first
+        // communicator, once the ranks have agreed on what ofi_rxm reads
+        // then (FI_OFI_RXM_EAGER_LIMIT, docs/multinode.md).
+        get();
+      } catch (const Error&) {
+        // Remembered by get(): the first communicator across nodes reports it.
+      }
+      std::lock_guard<std::mutex> lock(state.mutex);
+      state.loading = false;
+      state.finished.notify_all();
+    }).detach();
+  });
+}
 
 const LibFabric& LibFabric::get() {
   // A failure is remembered and raised again: every communicator learns why.
@@ -100,6 +185,7 @@ std::vector<std::string> LibFabric::providers() const {
 }
 
 SignalHandlersKept::SignalHandlersKept() {
+  programsCode();  // taken at the first guard, the one around libfabric's own load
   for (size_t i = 0; i < std::size(kSignals); ++i) sigaction(kSignals[i], nullptr, &saved_[i]);
 }
 
@@ -107,7 +193,14 @@ SignalHandlersKept::~SignalHandlersKept() {
   for (size_t i = 0; i < std::size(kSignals); ++i) {
     struct sigaction now {};
     sigaction(kSignals[i], nullptr, &now);
-    if (now.sa_handler != saved_[i].sa_handler) sigaction(kSignals[i], &saved_[i], nullptr);
+    // SIG_DFL and SIG_IGN are the program's choices; a function, where it is not the program's own code.
+    if (now.sa_handler == saved_[i].sa_handler || !isHandler(now.sa_handler)) continue;
+    const auto& programs = programsCode();
+    const auto code = reinterpret_cast<uintptr_t>(now.sa_handler);
+    const bool theProgramsOwn = std::any_of(programs.begin(), programs.end(), [&](const auto& segment) {
+      return code >= segment.first && code < segment.second;
+    });
+    if (!theProgramsOwn) sigaction(kSignals[i], &saved_[i], nullptr);
   }
 }
 

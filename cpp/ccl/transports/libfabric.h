@@ -27,8 +27,16 @@ struct LibFabric {
 
   // Loaded once per process, in the guide's order: MOJOCCL_LIBFABRIC, the
   // site's library (the TORCH_MOJO_LIBFABRIC_LIBRARY build option), the
-  // system loader, the Cray install. Throws when none loads.
+  // system loader, the Cray install. Throws when none loads. Waits for a
+  // load preload() started.
   static const LibFabric& get();
+
+  // Starts loading libfabric in a thread of its own and returns at once: a job across nodes calls it early, so that its
+  // first communicator does not wait for the load (hundreds of ms where
+  // provider libraries probe for hardware). A fork() meanwhile waits for
+  // the load to end, so that no child inherits the dynamic loader's lock
+  // held (C libraries before glibc 2.36 keep it so).
+  static void preload();
 
   // The providers libfabric offers here (e.g. "tcp;ofi_rxm"), each once.
   std::vector<std::string> providers() const;
@@ -39,8 +47,11 @@ struct LibFabric {
 // ...) and of the crash signals across libfabric calls that load
 // providers: some provider libraries install their own on load (the psm
 // provider's libinfinipath exits with status 1 on SIGTERM), which would
-// take the program's and torch-mojo's SIGTERM report away. Restored on
-// destruction where a call changed them.
+// take the program's and torch-mojo's SIGTERM report away. On destruction
+// a handler is put back where the one now installed is code that libfabric
+// brought in (any library loaded since the first guard, around libfabric's
+// own load); one the program installed meanwhile from another thread
+// (during a preload) stays.
 class SignalHandlersKept {
  public:
   SignalHandlersKept();

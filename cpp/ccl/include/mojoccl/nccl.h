@@ -214,6 +214,13 @@ ncclResult_t mojocclCommSetupSeconds(ncclComm_t comm, double* seconds, int* coun
  * set-up time (benchmarks/setup_time.py) is built from. */
 ncclResult_t mojocclCommSetupTraffic(ncclComm_t comm, int* rounds, uint64_t* bytes);
 
+/* libmojoccl's own: starts loading libfabric (not yet its providers) in a
+ * thread of its own and returns at once, so that a job's first
+ * communicator across nodes does not wait for the load. Called early by
+ * a job that spans nodes (torch_mojo.register_mojo_devices does); a
+ * failure to load is reported by that communicator. */
+ncclResult_t mojocclPreloadFabric(void);
+
 /* libmojoccl's own: the bootstrap rehearsed at a scale no machine's
  * processes reach. Ranks [first, first + count) of an nranks communicator,
  * each a thread of the calling process, join the root named by `id` (made
