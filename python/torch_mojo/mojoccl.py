@@ -31,6 +31,12 @@ class CclError(RuntimeError):
 class UniqueId(ctypes.Structure):
     _fields_ = [("internal", ctypes.c_char * 128)]
 
+    @classmethod
+    def of(cls, uid: bytes) -> "UniqueId":
+        value = cls()
+        ctypes.memmove(ctypes.addressof(value), uid, 128)
+        return value
+
 
 class Rehearsal(ctypes.Structure):
     """mojocclRehearsal (nccl.h)."""
@@ -124,9 +130,7 @@ class Library:
 
     def init(self, nranks, uid: bytes, rank):
         handle = ctypes.c_void_p()
-        value = UniqueId()
-        ctypes.memmove(ctypes.addressof(value), uid, 128)
-        self.check(self.lib.ncclCommInitRank(ctypes.byref(handle), nranks, value, rank))
+        self.check(self.lib.ncclCommInitRank(ctypes.byref(handle), nranks, UniqueId.of(uid), rank))
         return handle
 
     def preload_fabric(self) -> None:
@@ -138,14 +142,12 @@ class Library:
         """The bootstrap of `ranks` of an nranks communicator, each a thread
         of this process, with a set-up's exchanges (nccl.h,
         mojocclRehearseBootstrap): (seconds, ncclResult_t, message) a rank."""
-        value = UniqueId()
-        ctypes.memmove(ctypes.addressof(value), uid, 128)
         plan = Rehearsal(nranks, ranks.start, len(ranks), rounds, gathers, gather_bytes, leaver)
         count, message_bytes = len(ranks), 512
         seconds, results = (ctypes.c_double * count)(), (ctypes.c_int * count)()
         messages = ctypes.create_string_buffer(count * message_bytes)
-        self.check(self.lib.mojocclRehearseBootstrap(ctypes.byref(value), ctypes.byref(plan), seconds, results,
-                                                     messages, message_bytes))
+        self.check(self.lib.mojocclRehearseBootstrap(ctypes.byref(UniqueId.of(uid)), ctypes.byref(plan), seconds,
+                                                     results, messages, message_bytes))
         texts = [messages.raw[i * message_bytes:(i + 1) * message_bytes].split(b"\0")[0].decode() for i in range(count)]
         return list(zip(seconds, results, texts))
 
