@@ -3,6 +3,8 @@
 #   one node: 2 ranks under mpirun (mojo, mojo+pool, gloo, the library alone,
 #     MPI), 4 ranks under torchrun (mojo, mojo+pool, gloo), the reduction
 #     kernel against memcpy, DDP steps/s;
+#   library: libmojoccl alone against Open MPI in one node, 2 and 4 ranks,
+#     every collective, 5 rounds alternating (medians by benchmarks/rounds.py);
 #   between nodes ("nodes" of one machine, MOJOCCL_HOSTID, the tcp provider):
 #     2 ranks as 2 nodes under mpirun with MPI on TCP (mojo's libfabric path
 #     against gloo and MPI over TCP, libmojoccl's point-to-point swap (p2p),
@@ -32,7 +34,7 @@
 #     own set-up phase by phase (benchmarks/setup_time.py); the bootstrap
 #     rehearsed at 64 to 4,096 ranks in threads, and the model of set-up to
 #     10,000 ranks (benchmarks/setup_simulated.py).
-# Usage: benchmarks/run.sh [output-dir] [all|one-node|between-nodes|threads|latency|small|deterministic|fault-tolerance|setup]
+# Usage: benchmarks/run.sh [output-dir] [all|one-node|library|between-nodes|threads|latency|small|deterministic|fault-tolerance|setup]
 #   (default: benchmarks/results, all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -125,6 +127,22 @@ small() {
   rm -r "$runs"
 }
 
+# libmojoccl alone against Open MPI within a node, every collective from
+# 8 B to 256 MiB at 2 ranks and to 64 MiB at 4 (on this machine's 2 cores),
+# 5 rounds alternating; medians and spreads by benchmarks/rounds.py.
+library() {
+  local runs="$out/library-runs"
+  mkdir -p "$runs"
+  for round in 1 2 3 4 5; do
+    mpirun -np 2 --bind-to none "$bin/python" -m torch_mojo.bench --backends mojoccl,mojoccl+pool,mpi \
+      --sizes 8,4K,64K,1M,16M,64M,256M --output "$runs/2-ranks-round$round" > /dev/null
+    mpirun -np 4 --oversubscribe --bind-to none "$bin/python" -m torch_mojo.bench --backends mojoccl,mojoccl+pool,mpi \
+      --sizes 8,4K,64K,1M,16M,64M --output "$runs/4-ranks-round$round" > /dev/null
+  done
+  "$bin/python" benchmarks/rounds.py "$runs"/*.csv | tee "$out/library-vs-mpi.txt"
+  rm -r "$runs"
+}
+
 deterministic() {
   local runs="$out/deterministic-runs"
   mkdir -p "$runs"
@@ -158,8 +176,9 @@ setup() {
 }
 
 case "$part" in
-  all) one_node; between_nodes; threads; latency; small; deterministic; fault_tolerance; setup ;;
+  all) one_node; library; between_nodes; threads; latency; small; deterministic; fault_tolerance; setup ;;
   one-node) one_node ;;
+  library) library ;;
   between-nodes) between_nodes ;;
   threads) threads ;;
   latency) latency ;;
@@ -167,6 +186,6 @@ case "$part" in
   deterministic) deterministic ;;
   fault-tolerance) fault_tolerance ;;
   setup) setup ;;
-  *) echo "benchmarks/run.sh: the part is all, one-node, between-nodes, threads, latency, small, deterministic," \
+  *) echo "benchmarks/run.sh: the part is all, one-node, library, between-nodes, threads, latency, small, deterministic," \
        "fault-tolerance or setup, not '$part'" >&2; exit 2 ;;
 esac

@@ -85,6 +85,17 @@ def test_bad_arguments_are_refused_and_the_comm_stays_usable():
         assert "ok usable" in out, out
 
 
+@pytest.mark.parametrize("zero_copy", ["1", "0"], ids=["parts read in place", "parts staged"])
+def test_uneven_all_to_all_within_a_node(zero_copy):
+    # 3 ranks, parts of 0, 3 and 200,003 float32 (more than a receiver's
+    # share of a staging slot: staged, they take 3 steps), from private
+    # memory, ncclMemAlloc memory and in place.
+    results = run_worker("ccl", 3, "all_to_all", env={"MOJOCCL_ZERO_COPY": zero_copy}, timeout=60)
+    for result in results:
+        for mode in ("private", "registered", "in place"):
+            assert f"ok all_to_all {mode}" in result.stdout, result.stdout + result.stderr[-3000:]
+
+
 def test_group_calls_run_in_order_at_group_end():
     results = run_worker("ccl", 3, "group", timeout=60)
     assert all("ok group" in result.stdout for result in results)

@@ -302,6 +302,14 @@ def test_broadcasts_along_the_ring(hosts):
         assert "ok broadcast" in result.stdout, result.stderr[-3000:]
 
 
+def test_uneven_all_to_all_across_nodes():
+    # Parts past the frames: within each node one collective of its ranks
+    # (test_mojoccl's all-to-all), between nodes rank to rank.
+    for result in ccl_job("aab", FABRIC, "all_to_all", timeout=120):
+        for mode in ("private", "registered", "in place"):
+            assert f"ok all_to_all {mode}" in result.stdout, result.stdout + result.stderr[-3000:]
+
+
 def test_broadcast_takes_the_chain_where_the_model_expects_it_first(monkeypatch):
     # The tree sends the bytes log2(n) times from the root, the chain once
     # from each leader in n - 1 steps (50 us each, 2 GB/s in the model).

@@ -394,6 +394,13 @@ MOJOCCL_API ncclResult_t ncclAllToAllv(const void* sendbuff, const size_t sendco
     }
     const char* send = static_cast<const char*>(staged.input(sendbuff, sendExtent));
     char* recv = static_cast<char*>(staged.output(recvbuff, recvExtent));
+    // In place (the buffers overlap), parts received could overwrite parts
+    // not yet sent, here or on their way between nodes: they go from a copy.
+    std::vector<char> sendCopy;
+    if (sendExtent > 0 && recvExtent > 0 && send < recv + recvExtent && recv < send + sendExtent) {
+      sendCopy.assign(send, send + sendExtent);
+      send = sendCopy.data();
+    }
     std::vector<Comm::PointToPoint> exchange;
     for (int peer = 0; peer < c.size(); ++peer) {
       exchange.push_back({true, peer, const_cast<char*>(send) + sdispls[peer] * size, sendcounts[peer], datatype});

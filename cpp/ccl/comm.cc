@@ -383,15 +383,28 @@ void Comm::transfer(const std::vector<PointToPoint>& batch, Exchange exchange) {
                                std::to_string(batch[0].peer)
                          : "a group of " + std::to_string(batch.size()) + " sends and receives";
   run([&] { return what; }, [&] {
-    // An all-to-all between nodes agrees on the call first, as every
-    // collective between nodes does: up to MOJOCCL_NET_DIRECT_NODES nodes
-    // (of not too many ranks) its small sends travel in the same frames,
-    // past them it then goes rank to rank.
-    if (collective && spansNodes()) {
-      const Call call{CallKind::AllToAll, nullptr, nullptr, 0, batch[0].datatype, ncclSum, 0, exchangeCall};
-      if (hierarchy_->allToAll(transfers, remote, call, what)) return;
+    // An all-to-all is one collective of the node's ranks. Between nodes it
+    // agrees on the call first, as every collective between nodes does: up
+    // to MOJOCCL_NET_DIRECT_NODES nodes (of not too many ranks) its small
+    // sends travel in the same frames, past them it then goes rank to rank.
+    const Call call{CallKind::AllToAll, nullptr, nullptr, 0, collective ? batch[0].datatype : ncclInt8, ncclSum, 0,
+                    exchangeCall};
+    if (collective && spansNodes() && hierarchy_->allToAll(transfers, remote, call, what)) return;
+    // The transfers within the node first (sends there never wait for the
+    // network), then those between nodes, even after a part within the
+    // node was of the wrong size: the other nodes' ranks wait for ours, and
+    // the communicator stays usable. Then the first mismatch is thrown.
+    std::string mismatch;
+    try {
+      if (collective)
+        node_->allToAll(call, transfers);
+      else if (!transfers.empty())
+        runTransfers(*shm_, transfers);
+    } catch (const MismatchError& error) {
+      mismatch = error.what();
     }
-    runTransfersEverywhere(*shm_, transfers, fabric_.get(), topology_.rank, remote, what, collective);
+    if (!remote.empty()) runRemoteTransfers(*fabric_, topology_.rank, remote, what, collective);
+    if (!mismatch.empty()) throw MismatchError(mismatch);
   });
 }
 

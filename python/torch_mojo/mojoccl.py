@@ -8,6 +8,7 @@ Buffers may be torch tensors or numpy arrays (contiguous, on the CPU).
 from __future__ import annotations
 
 import ctypes
+import functools
 
 from torch_mojo._paths import mojoccl_path
 
@@ -60,6 +61,7 @@ def datatype_of(buffer) -> int:
 class Library:
     def __init__(self, path=None):
         self.lib = lib = ctypes.CDLL(path or mojoccl_path())
+        self._kept_parts = []  # the arrays _equal_parts hands out by address
         pointer, size, comm, code = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_int
         lib.ncclGetLastError.restype = ctypes.c_char_p
         lib.ncclGetLastError.argtypes = [comm]
@@ -79,6 +81,11 @@ class Library:
         lib.ncclRecv.argtypes = [pointer, size, code, code, comm, pointer]
         sizes = ctypes.POINTER(size)
         lib.ncclAllToAllv.argtypes = [pointer, sizes, sizes, pointer, sizes, sizes, code, comm, pointer]
+        # The same, taking its arrays' addresses: ctypes checks four arrays
+        # against `sizes` in about half a microsecond a call, which would
+        # count against the library in a benchmark.
+        self._all_to_all_by_address = ctypes.CFUNCTYPE(code, pointer, pointer, pointer, pointer, pointer, pointer,
+                                                       code, comm, pointer)(("ncclAllToAllv", lib))
         lib.mojocclWireSendRecv.argtypes = [pointer, code, pointer, code, size, comm]
         lib.mojocclPredictAllReduce.argtypes = [code, size, ctypes.c_char_p, ctypes.c_char_p, size,
                                                 ctypes.POINTER(ctypes.c_double)]
@@ -203,11 +210,19 @@ class Library:
 
     def all_to_all(self, comm, send, recv, nranks):
         """Equal parts, in one ncclAllToAllv."""
-        part = _count(send) // nranks
-        counts = (ctypes.c_size_t * nranks)(*([part] * nranks))
-        displacements = (ctypes.c_size_t * nranks)(*(peer * part for peer in range(nranks)))
-        self.check(self.lib.ncclAllToAllv(_address(send), counts, displacements, _address(recv), counts,
-                                          displacements, datatype_of(send), comm, None))
+        counts, displacements = self._equal_parts(_count(send) // nranks, nranks)
+        self.check(self._all_to_all_by_address(_address(send), counts, displacements, _address(recv), counts,
+                                               displacements, datatype_of(send), comm, None))
+
+    @functools.lru_cache(maxsize=None)
+    def _equal_parts(self, part, nranks):
+        """The addresses of the counts and displacements of equal parts,
+        made once (and kept): built per call they would cost a microsecond
+        that no caller in C pays."""
+        arrays = ((ctypes.c_size_t * nranks)(*([part] * nranks)),
+                  (ctypes.c_size_t * nranks)(*(peer * part for peer in range(nranks))))
+        self._kept_parts.append(arrays)
+        return tuple(ctypes.addressof(array) for array in arrays)
 
     def predict_all_reduce(self, nodes, nbytes, algorithm=None):
         """The cost model between nodes: (algorithm, seconds) for `nodes`

@@ -218,6 +218,33 @@ def main():
         expected = np.arange(1000, dtype=np.float32) * world * (world + 1) / 2 * world
         assert np.array_equal(second, expected), second[:4]
         print("ok group", flush=True)
+    elif scenario == "all_to_all":
+        # Uneven parts (none, 3 elements, more than a staging slot holds for
+        # one receiver in a step) from private memory, from ncclMemAlloc
+        # memory, and in place (one buffer sent from and received into:
+        # counts depend on sender + receiver, so both layouts coincide).
+        import ctypes
+
+        import torch
+
+        part_count = lambda s, r: [0, 3, 200_003][(s + r) % 3]
+        part = lambda s, r: np.arange(part_count(s, r), dtype=np.float32) + 1000 * s + 10 * r
+        sizes = lambda counts: (ctypes.c_size_t * world)(*counts)
+        counts = [part_count(rank, r) for r in range(world)]
+        displacements = [sum(counts[:r]) for r in range(world)]
+        expected = np.concatenate([part(s, rank) for s in range(world)])
+        for mode in ("private", "registered", "in place"):
+            send = np.concatenate([part(rank, r) for r in range(world)])
+            if mode == "registered":
+                pool = library.shared_tensor(2 * send.size)
+                pool[:send.size] = torch.from_numpy(send)
+                send, recv = pool[:send.size].numpy(), pool[send.size:].numpy()
+            recv = send if mode == "in place" else (recv if mode == "registered" else np.full_like(send, -1))
+            library.check(library.lib.ncclAllToAllv(send.ctypes.data, sizes(counts), sizes(displacements),
+                                                    recv.ctypes.data, sizes(counts), sizes(displacements),
+                                                    7, comm, None))
+            assert np.array_equal(recv, expected), (mode, np.flatnonzero(recv != expected)[:5])
+            print(f"ok all_to_all {mode}", flush=True)
     elif scenario == "broadcast":
         # From every root: 1 MiB of float32, and 1,000,001 bytes (an odd
         # count: on rails, slices that the node's ranks do not divide).

@@ -300,16 +300,4 @@ void runRemoteTransfers(FabricTransport& fabric, int self, const std::vector<Tra
   if (!mismatch.empty()) throw MismatchError(mismatch);
 }
 
-void runTransfersEverywhere(ShmTransport& shm, const std::vector<Transfer>& withinNode, FabricTransport* fabric,
-                            int self, const std::vector<Transfer>& remote, const std::string& what, bool collective) {
-  std::string mismatch;
-  try {
-    if (!withinNode.empty()) runTransfers(shm, withinNode);
-  } catch (const MismatchError& error) {
-    mismatch = error.what();
-  }
-  if (!remote.empty()) runRemoteTransfers(*fabric, self, remote, what, collective);
-  if (!mismatch.empty()) throw MismatchError(mismatch);
-}
-
 }  // namespace mojoccl

@@ -55,12 +55,4 @@ int receiveFromAny(ShmTransport& shm, const Transfer& transfer);
 void runRemoteTransfers(FabricTransport& fabric, int self, const std::vector<Transfer>& transfers,
                         const std::string& what, bool collective);
 
-// Both: the transfers within the node first (sends there are buffered and
-// never wait for the network), then those between nodes (`fabric` may be
-// null where there are none), even after a message within the node was of
-// the wrong size: the other nodes' ranks wait for ours, and the
-// communicator stays usable. Then the first mismatch is thrown.
-void runTransfersEverywhere(ShmTransport& shm, const std::vector<Transfer>& withinNode, FabricTransport* fabric,
-                            int self, const std::vector<Transfer>& remote, const std::string& what, bool collective);
-
 }  // namespace mojoccl

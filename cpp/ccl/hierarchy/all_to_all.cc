@@ -166,7 +166,7 @@ void AllToAllAcrossNodes::run(const std::vector<Transfer>& withinNode, const std
 
   if (!inSlots) {
     try {
-      runTransfers(node_.shm(), withinNode);
+      node_.allToAll(call, withinNode);
     } catch (const MismatchError& error) {
       mismatch = error.what();
     }

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "algorithms/all_to_all.h"
 #include "algorithms/direct.h"
 #include "algorithms/step.h"
 #include "algorithms/zero_copy.h"
@@ -43,6 +44,12 @@ void NodeCollectives::allGather(const Call& call) {
 
 void NodeCollectives::reduceScatter(const Call& call) {
   run(call, call.count * datatypeSize(call.datatype) * shm_.size(), reduceScatterZeroCopy, reduceScatterDirect);
+}
+
+void NodeCollectives::allToAll(const Call& call, const std::vector<Transfer>& transfers) {
+  // A node of one rank only copies its own part.
+  if (shm_.size() == 1) return runTransfers(shm_, transfers);
+  allToAllWithinNode(shm_, rounds_, call, transfers, zeroCopy_);
 }
 
 void NodeCollectives::broadcastBytes(const Call& call, void* data, size_t bytes, int from) {

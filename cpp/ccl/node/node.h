@@ -7,7 +7,10 @@
 #include <cstdint>
 #include <string>
 
+#include <vector>
+
 #include "algorithms/call.h"
+#include "algorithms/p2p.h"
 #include "transports/shm.h"
 
 namespace mojoccl {
@@ -31,6 +34,9 @@ class NodeCollectives {
   void broadcast(const Call& call);
   void allGather(const Call& call);
   void reduceScatter(const Call& call);
+  // `transfers`: this rank's send to and receive from every rank of the
+  // node (peer: the local index), as ncclAllToAllv makes them.
+  void allToAll(const Call& call, const std::vector<Transfer>& transfers);
 
   // `bytes` at `data` from the rank `from` to the node's other ranks, as
   // part of `call` (whose sequence the ranks compare).

@@ -9,8 +9,9 @@
 // sender keeps and reuses for later messages to the same peer.
 //
 // A rank writes only what it owns and reads everyone's. Waiting spins
-// briefly, then sleeps on a futex, so ranks that outnumber cores do not
-// starve the peer they wait for. Every 50 ms of sleep a waiter checks that
+// briefly (ranks that outnumber cores then yield their core a while), then
+// sleeps on a futex, so ranks that outnumber cores do not starve the peer
+// they wait for. Every 50 ms of sleep a waiter checks that
 // the communicator was not aborted and that the peer still runs.
 //
 // The transport knows nothing of collectives or messages: what slots,
@@ -179,7 +180,11 @@ class ShmTransport {
   char* channels_ = nullptr;
   char* slots_ = nullptr;
   std::vector<int> pidfds_;  // -1: ourselves, or pidfd_open is unavailable
+  template <typename Ready>
+  bool spinFor(Ready ready) const;  // true once ready() is, before any sleep
+
   int spins_;
+  int yields_;
   bool crossMemoryAttach_ = false;
   const std::atomic<bool>& aborted_;
   std::mutex alarmMutex_;  // the alarm is raised by a thread of its own
