@@ -5,6 +5,8 @@
 #     kernel against memcpy, DDP steps/s;
 #   library: libmojoccl alone against Open MPI in one node, 2 and 4 ranks,
 #     every collective, 5 rounds alternating (medians by benchmarks/rounds.py);
+#   call-cost: what torch-mojo adds to an 8-byte call over torch's own path
+#     and the library, the flight recorder on and off (benchmarks/call_cost.py);
 #   between nodes ("nodes" of one machine, MOJOCCL_HOSTID, the tcp provider):
 #     2 ranks as 2 nodes under mpirun with MPI on TCP (mojo's libfabric path
 #     against gloo and MPI over TCP, libmojoccl's point-to-point swap (p2p),
@@ -34,7 +36,7 @@
 #     own set-up phase by phase (benchmarks/setup_time.py); the bootstrap
 #     rehearsed at 64 to 4,096 ranks in threads, and the model of set-up to
 #     10,000 ranks (benchmarks/setup_simulated.py).
-# Usage: benchmarks/run.sh [output-dir] [all|one-node|library|between-nodes|threads|latency|small|deterministic|fault-tolerance|setup]
+# Usage: benchmarks/run.sh [output-dir] [all|one-node|library|call-cost|between-nodes|threads|latency|small|deterministic|fault-tolerance|setup]
 #   (default: benchmarks/results, all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -127,6 +129,18 @@ small() {
   rm -r "$runs"
 }
 
+# What torch-mojo adds to a small call over torch's own path (the `fake`
+# backend) and the library, the flight recorder on and off, within a node
+# and as 2 nodes (benchmarks/call_cost.py).
+call_cost() {
+  for nodes in "" --nodes; do
+    for recorder in 2000 0; do
+      TORCH_FR_BUFFER_SIZE=$recorder "$bin/torchrun" --standalone --nproc-per-node=2 benchmarks/call_cost.py $nodes \
+        2> /dev/null
+    done
+  done | tee "$out/call-cost.txt"
+}
+
 # libmojoccl alone against Open MPI within a node, every collective from
 # 8 B to 256 MiB at 2 ranks and to 64 MiB at 4 (on this machine's 2 cores),
 # 5 rounds alternating; medians and spreads by benchmarks/rounds.py.
@@ -176,9 +190,10 @@ setup() {
 }
 
 case "$part" in
-  all) one_node; library; between_nodes; threads; latency; small; deterministic; fault_tolerance; setup ;;
+  all) one_node; library; call_cost; between_nodes; threads; latency; small; deterministic; fault_tolerance; setup ;;
   one-node) one_node ;;
   library) library ;;
+  call-cost) call_cost ;;
   between-nodes) between_nodes ;;
   threads) threads ;;
   latency) latency ;;
@@ -186,6 +201,6 @@ case "$part" in
   deterministic) deterministic ;;
   fault-tolerance) fault_tolerance ;;
   setup) setup ;;
-  *) echo "benchmarks/run.sh: the part is all, one-node, library, between-nodes, threads, latency, small, deterministic," \
+  *) echo "benchmarks/run.sh: the part is all, one-node, library, call-cost, between-nodes, threads, latency, small, deterministic," \
        "fault-tolerance or setup, not '$part'" >&2; exit 2 ;;
 esac

@@ -130,6 +130,20 @@ def test_latency_layers_times_each_layer(tmp_path):
     assert all(time > 0 for _, time in rows), result.stdout
 
 
+def test_call_cost_times_each_collective_three_ways(tmp_path):
+    # benchmarks/call_cost.py, as benchmarks/run.sh runs it, with few calls,
+    # as 2 nodes: dist.*, torch's fake backend and the library alone.
+    result = subprocess.run([os.path.join(os.path.dirname(sys.executable), "torchrun"), "--standalone", "--nproc-per-node=2",
+                             str(ROOT / "benchmarks" / "call_cost.py"), "--nodes", "--rounds", "1", "--calls", "20"],
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path, start_new_session=True,
+                            env={**os.environ, "TORCH_FR_BUFFER_SIZE": "0"})
+    assert result.returncode == 0, result.stdout + result.stderr[-4000:]
+    assert "2 nodes of 1 rank, TORCH_FR_BUFFER_SIZE=0" in result.stdout, result.stdout
+    rows = {line.split()[0]: line.split() for line in result.stdout.splitlines()[2:]}
+    assert list(rows) == ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"], result.stdout
+    assert all(float(row[1]) > 0 and float(row[3]) > 0 and float(row[5]) > 0 for row in rows.values()), result.stdout
+
+
 def test_the_set_up_rehearsal_fits_its_points_and_models_a_cluster(tmp_path):
     # benchmarks/setup_simulated.py with few ranks and one round, modelled
     # from the recorded run across simulated nodes.

@@ -450,19 +450,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupMojo::alltoall_base(
   };
   at::Tensor source = input.contiguous();
   at::Tensor buffer = writableBuffer(output);
-  const PartLayout sendParts = partsByRows(source, splits(input, inputSplitSizes, "input"));
-  const PartLayout recvParts = partsByRows(buffer, splits(output, outputSplitSizes, "output"));
-  TORCH_CHECK_VALUE(sendParts.counts[rank_] == recvParts.counts[rank_], "all_to_all_single: this rank sends itself ",
-                    sendParts.counts[rank_], " elements but expects ", recvParts.counts[rank_], " from itself");
-  auto selfCopied = std::make_shared<bool>(false);
+  // The layouts live once, shared by the job's two steps: copied into each
+  // they cost more than the library's whole call at small sizes.
+  struct Exchange {
+    PartLayout send, recv;
+    bool selfCopied = false;
+  };
+  auto exchange = std::make_shared<Exchange>(Exchange{partsByRows(source, splits(input, inputSplitSizes, "input")),
+                                                      partsByRows(buffer, splits(output, outputSplitSizes, "output"))});
+  TORCH_CHECK_VALUE(exchange->send.counts[rank_] == exchange->recv.counts[rank_],
+                    "all_to_all_single: this rank sends itself ", exchange->send.counts[rank_],
+                    " elements but expects ", exchange->recv.counts[rank_], " from itself");
   return enqueue(
       OpType::ALLTOALL_BASE, "nccl:all_to_all_single", describe("all_to_all_single", input),
       {input}, {output},
-      [this, source, buffer, sendParts, recvParts, selfCopied](Communicator& comm) {
-        *selfCopied = exchangeParts(comm, source, sendParts, buffer, recvParts, rank_);
+      [this, source, buffer, exchange](Communicator& comm) {
+        exchange->selfCopied = exchangeParts(comm, source, exchange->send, buffer, exchange->recv, rank_);
       },
-      [this, output, source, buffer, sendParts, recvParts, selfCopied] {
-        if (!*selfCopied) part(buffer, recvParts, rank_).copy_(part(source, sendParts, rank_));
+      [this, output, source, buffer, exchange] {
+        if (!exchange->selfCopied) part(buffer, exchange->recv, rank_).copy_(part(source, exchange->send, rank_));
         copyBack(output, buffer);
       },
       !opts.asyncOp);
