@@ -383,17 +383,15 @@ void Comm::transfer(const std::vector<PointToPoint>& batch, Exchange exchange) {
                                std::to_string(batch[0].peer)
                          : "a group of " + std::to_string(batch.size()) + " sends and receives";
   run([&] { return what; }, [&] {
-    // An all-to-all is one collective of the node's ranks. Between nodes it
-    // agrees on the call first, as every collective between nodes does: up
-    // to MOJOCCL_NET_DIRECT_NODES nodes (of not too many ranks) its small
-    // sends travel in the same frames, past them it then goes rank to rank.
+    // An all-to-all is one collective of the node's ranks; between nodes it
+    // agrees on the call first, its small sends in the same frames up to
+    // MOJOCCL_NET_DIRECT_NODES nodes (of not too many ranks), else rank to rank.
     const Call call{CallKind::AllToAll, nullptr, nullptr, 0, collective ? batch[0].datatype : ncclInt8, ncclSum, 0,
                     exchangeCall};
     if (collective && spansNodes() && hierarchy_->allToAll(transfers, remote, call, what)) return;
-    // The transfers within the node first (sends there never wait for the
-    // network), then those between nodes, even after a part within the
-    // node was of the wrong size: the other nodes' ranks wait for ours, and
-    // the communicator stays usable. Then the first mismatch is thrown.
+    // Within the node first (sends there never wait for the network), then
+    // between nodes even after a part of the wrong size here: the other
+    // nodes' ranks wait for ours. Then the first mismatch is thrown.
     std::string mismatch;
     try {
       if (collective)

@@ -160,6 +160,8 @@ class ShmTransport {
   char* entryAt(int from, int to, uint32_t index) const;
   std::string bufferName(int from, int to, uint64_t serial) const;
   void removeBuffersSentToUs();
+  // At our end: drops our buffers (those unread are left to their reader).
+  void retireBuffers();
   void checkPeer(int peer) const;
   // checkPeer(), except that a peer found gone may have delivered just
   // before it went: then `arrived()` is true and nothing is thrown.
