@@ -8,7 +8,6 @@ Buffers may be torch tensors or numpy arrays (contiguous, on the CPU).
 from __future__ import annotations
 
 import ctypes
-import functools
 
 from torch_mojo._paths import mojoccl_path
 
@@ -61,7 +60,7 @@ def datatype_of(buffer) -> int:
 class Library:
     def __init__(self, path=None):
         self.lib = lib = ctypes.CDLL(path or mojoccl_path())
-        self._kept_parts = []  # the arrays _equal_parts hands out by address
+        self._parts = {}  # (part, nranks): the arrays _equal_parts hands out by address
         pointer, size, comm, code = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_int
         lib.ncclGetLastError.restype = ctypes.c_char_p
         lib.ncclGetLastError.argtypes = [comm]
@@ -214,15 +213,14 @@ class Library:
         self.check(self._all_to_all_by_address(_address(send), counts, displacements, _address(recv), counts,
                                                displacements, datatype_of(send), comm, None))
 
-    @functools.lru_cache(maxsize=None)
     def _equal_parts(self, part, nranks):
         """The addresses of the counts and displacements of equal parts,
         made once (and kept): built per call they would cost a microsecond
         that no caller in C pays."""
-        arrays = ((ctypes.c_size_t * nranks)(*([part] * nranks)),
-                  (ctypes.c_size_t * nranks)(*(peer * part for peer in range(nranks))))
-        self._kept_parts.append(arrays)
-        return tuple(ctypes.addressof(array) for array in arrays)
+        if (part, nranks) not in self._parts:
+            self._parts[part, nranks] = ((ctypes.c_size_t * nranks)(*([part] * nranks)),
+                                         (ctypes.c_size_t * nranks)(*(peer * part for peer in range(nranks))))
+        return tuple(ctypes.addressof(array) for array in self._parts[part, nranks])
 
     def predict_all_reduce(self, nodes, nbytes, algorithm=None):
         """The cost model between nodes: (algorithm, seconds) for `nodes`

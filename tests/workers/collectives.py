@@ -931,12 +931,11 @@ def check_bad_input(m):
             m.same("small all_to_all beside a mismatch", [received],
                    [torch.cat([torch.arange(8 * m.rank, 8 * m.rank + 8, dtype=torch.float32) + 100 * r
                                for r in range(m.world)])])
-        if m.spans_nodes:
-            # Between nodes an all-to-all agrees on the call as every
-            # collective does (within a node it is sends and receives).
-            m.raises("all_to_all against all_reduce", RuntimeError, "collective mismatch",
-                     lambda: dist.all_to_all_single(torch.empty(m.world * 8), torch.ones(m.world * 8)) if m.rank == 0
-                     else dist.all_reduce(torch.ones(m.world * 8)))
+        # An all-to-all agrees on the call as every collective does, within
+        # a node (one collective of its ranks) and between nodes.
+        m.raises("all_to_all against all_reduce", RuntimeError, "collective mismatch",
+                 lambda: dist.all_to_all_single(torch.empty(m.world * 8), torch.ones(m.world * 8)) if m.rank == 0
+                 else dist.all_reduce(torch.ones(m.world * 8)))
         m.raises("sparse shapes", ValueError, "every rank must pass a tensor of one shape",
                  lambda: dist.all_reduce(torch.sparse_coo_tensor(torch.zeros(2, 0, dtype=torch.long),
                                                                  torch.zeros(0), (3 + m.rank, 4))))

@@ -48,7 +48,6 @@ struct ShmTransport::ChannelControl {
   Counter released;  // messages the receiver has consumed (written by the receiver)
 };
 
-
 ShmTransport::ShmTransport(Bootstrap& bootstrap, std::vector<ShmPeer> peers, int self,
                            const std::string& segmentName, size_t slotBytes,
                            const std::atomic<bool>& aborted, bool ranksOutnumberCores)
